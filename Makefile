@@ -1,0 +1,37 @@
+# pare: the two commands of the README.
+#   make demo   install what is missing, build, run the main pipeline on Fashion-MNIST
+#   make test   install what is missing, build, run the whole test suite
+BUILD ?= build
+JOBS ?= $(shell nproc)
+STAMP := .deps-stamp
+
+.PHONY: all build demo test deps clean bench
+
+all: build
+
+# Re-run the installer when it changed or a package went missing (it is quick when all is present).
+$(STAMP): scripts/install-deps
+	scripts/install-deps
+	@touch $@
+
+deps:
+	scripts/install-deps
+	@touch $(STAMP)
+
+$(BUILD)/build.ninja: $(STAMP) CMakeLists.txt
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release
+
+build: $(STAMP) $(BUILD)/build.ninja
+	cmake --build $(BUILD) -j $(JOBS)
+
+demo: build
+	scripts/demo $(BUILD)
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 1500
+
+bench: build
+	bench/train_throughput.sh $(BUILD)/cli/pare
+
+clean:
+	rm -rf $(BUILD) $(STAMP)

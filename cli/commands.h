@@ -1,0 +1,23 @@
+// The pare command line: one file per subcommand, each adding itself to the app. The commands
+// only fill the options structs of the library and print; the work happens below cli/.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+#include <string>
+
+namespace pare::cli {
+
+/// A subcommand's action; throws pare::Error (exit code from the error) on failure.
+using Action = std::function<void()>;
+
+void add_inspect(CLI::App& app, Action& action);
+void add_run(CLI::App& app, Action& action);
+void add_train(CLI::App& app, Action& action);
+void add_eval(CLI::App& app, Action& action);
+
+/// Reads MEAN,STD / thread count and similar shared options.
+void set_threads(int threads);
+
+}  // namespace pare::cli

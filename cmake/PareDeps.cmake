@@ -1,0 +1,36 @@
+# Finds pare's dependencies (all Debian packages; see scripts/install-deps) and defines the
+# interface target pare_deps that every pare library links.
+find_package(Torch REQUIRED)
+find_package(ONNX REQUIRED)
+find_package(Protobuf REQUIRED)
+find_package(nlohmann_json REQUIRED)
+find_package(ZLIB REQUIRED)
+find_package(Threads REQUIRED)
+
+# The libtorch major version selects the shim in core/torch_compat.h.
+if(DEFINED Torch_VERSION AND Torch_VERSION)
+  string(REGEX MATCH "^[0-9]+" PARE_TORCH_MAJOR "${Torch_VERSION}")
+else()
+  set(PARE_TORCH_MAJOR 1)
+endif()
+message(STATUS "pare: libtorch ${Torch_VERSION} (major ${PARE_TORCH_MAJOR})")
+
+add_library(pare_deps INTERFACE)
+target_link_libraries(pare_deps INTERFACE ${TORCH_LIBRARIES} onnx onnx_proto protobuf::libprotobuf
+                      nlohmann_json::nlohmann_json ZLIB::ZLIB Threads::Threads)
+target_include_directories(pare_deps INTERFACE
+  $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}> $<INSTALL_INTERFACE:include/pare>)
+target_compile_definitions(pare_deps INTERFACE PARE_TORCH_MAJOR=${PARE_TORCH_MAJOR})
+
+# One precompiled header for the torch includes, built once and reused by every target.
+function(pare_use_pch target)
+  target_precompile_headers(${target} REUSE_FROM pare_pch)
+endfunction()
+
+# Adds a static library from every .cpp in the current folder.
+function(pare_module name)
+  file(GLOB srcs CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cpp)
+  add_library(${name} STATIC ${srcs})
+  target_link_libraries(${name} PUBLIC pare_deps ${ARGN})
+  pare_use_pch(${name})
+endfunction()

@@ -1,0 +1,378 @@
+// Datasets (IDX, npy) and the DataLoader: seeded epoch orders and a background prefetch thread.
+#include "core/data.h"
+
+#include <zlib.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/file_util.h"
+#include "core/tensor_io.h"
+
+namespace pare::core {
+
+namespace {
+
+// Reads a whole file through zlib; gzread passes uncompressed files through unchanged.
+std::string read_maybe_gzip(const std::string& path) {
+  PARE_CHECK(file_exists(path), "cannot open '", path, "': no such file");
+  gzFile f = gzopen(path.c_str(), "rb");
+  PARE_CHECK(f != nullptr, "cannot open '", path, "'");
+  std::string data;
+  std::vector<char> buf(1 << 20);
+  for (;;) {
+    int n = gzread(f, buf.data(), static_cast<unsigned>(buf.size()));
+    if (n < 0) {
+      int code = 0;
+      std::string why = gzerror(f, &code);
+      gzclose(f);
+      throw InputError("cannot read '" + path + "': " + why + " (truncated or corrupt gzip?)");
+    }
+    if (n == 0) break;
+    data.append(buf.data(), static_cast<size_t>(n));
+  }
+  // A gzip stream cut short ends without an error from gzread on some zlib versions; gzerror
+  // still reports it.
+  int code = Z_OK;
+  const char* why = gzerror(f, &code);
+  std::string msg = why ? why : "";
+  gzclose(f);
+  PARE_CHECK(code == Z_OK || code == Z_STREAM_END, "cannot read '", path, "': ", msg,
+             " (truncated or corrupt gzip?)");
+  return data;
+}
+
+uint32_t read_be32(const std::string& s, size_t off) {
+  auto b = [&](size_t i) { return static_cast<uint32_t>(static_cast<unsigned char>(s[off + i])); };
+  return (b(0) << 24) | (b(1) << 16) | (b(2) << 8) | b(3);
+}
+
+std::string first_existing(const std::string& base) {
+  if (file_exists(base + ".gz")) return base + ".gz";
+  if (file_exists(base)) return base;
+  return "";
+}
+
+// Finds DIR/NAME[.gz]; a missing file says which package provides the dataset.
+std::string fashion_file(const std::string& dir, const std::string& name) {
+  std::string base = join_path(dir, name);
+  std::string path = first_existing(base);
+  PARE_CHECK(!path.empty(), "fashion-mnist: missing '", base, ".gz' (or uncompressed '", base,
+             "'); install the Debian package dataset-fashion-mnist (files in ", kFashionMnistDir,
+             ") or pass fashion-mnist:DIR with the IDX files");
+  return path;
+}
+
+TensorDataset load_fashion_mnist(const std::string& dir, const std::string& split) {
+  PARE_CHECK(split == "train" || split == "test",
+             "fashion-mnist split must be 'train' or 'test', got '", split, "'");
+  const std::string prefix = split == "train" ? "train" : "t10k";
+  const std::string img_path = fashion_file(dir, prefix + "-images-idx3-ubyte");
+  const std::string lbl_path = fashion_file(dir, prefix + "-labels-idx1-ubyte");
+  at::Tensor img = load_idx(img_path);
+  at::Tensor lbl = load_idx(lbl_path);
+  PARE_CHECK(img.dim() == 3 && img.size(1) == 28 && img.size(2) == 28,
+             "fashion-mnist images must be [N, 28, 28], got ", img.sizes(), " in '", img_path, "'");
+  PARE_CHECK(lbl.dim() == 1, "fashion-mnist labels must be [N], got ", lbl.sizes(), " in '",
+             lbl_path, "'");
+  PARE_CHECK(img.size(0) == lbl.size(0), "fashion-mnist: ", img.size(0), " images in '", img_path,
+             "' but ", lbl.size(0), " labels in '", lbl_path, "'");
+  PARE_CHECK(lbl.numel() == 0 || lbl.max().item<int64_t>() <= 9,
+             "fashion-mnist labels must be 0..9, got ", lbl.max().item<int64_t>(), " in '",
+             lbl_path, "'");
+  TensorDataset ds;
+  ds.x = img.to(at::kFloat).div_(255.0).unsqueeze(1).contiguous();
+  ds.y = lbl.to(at::kLong);
+  ds.name = "fashion-mnist/" + split;
+  return ds;
+}
+
+TensorDataset load_npy_pair(const std::string& spec, const std::string& files) {
+  auto comma = files.find(',');
+  PARE_CHECK(comma != std::string::npos && comma > 0 && comma + 1 < files.size() &&
+                 files.find(',', comma + 1) == std::string::npos,
+             "npy dataset spec must be 'npy:X.npy,Y.npy', got '", spec, "'");
+  const std::string xp = files.substr(0, comma), yp = files.substr(comma + 1);
+  PARE_CHECK(file_exists(xp), "cannot open '", xp, "': no such file (dataset '", spec, "')");
+  PARE_CHECK(file_exists(yp), "cannot open '", yp, "': no such file (dataset '", spec, "')");
+  at::Tensor x = load_npy(xp);
+  at::Tensor y = load_npy(yp);
+  PARE_CHECK(x.dim() >= 1, "dataset inputs must be [N, ...], got a scalar in '", xp, "'");
+  PARE_CHECK(y.dim() >= 1, "dataset labels must be [N], got a scalar in '", yp, "'");
+  PARE_CHECK(x.size(0) == y.size(0), "dataset inputs and labels must have the same length N, got ",
+             x.size(0), " in '", xp, "' and ", y.size(0), " in '", yp, "'");
+  PARE_CHECK(!y.is_complex(), "dataset labels must be integers, got ", y.scalar_type(), " in '",
+             yp, "'");
+  if (at::isFloatingType(y.scalar_type())) {
+    PARE_CHECK(y.numel() == 0 || at::equal(y, y.round()),
+               "dataset labels must be whole numbers, got fractional values in '", yp, "'");
+  }
+  TensorDataset ds;
+  // Integer inputs are token ids and stay int64; everything else is converted to float32.
+  if (at::isIntegralType(x.scalar_type(), /*includeBool=*/false))
+    ds.x = x.to(at::kLong).contiguous();
+  else
+    ds.x = x.to(at::kFloat).contiguous();
+  ds.y = y.to(at::kLong).contiguous();
+  ds.name = spec;
+  return ds;
+}
+
+bool parse_double(const std::string& s, double& out) {
+  if (s.empty()) return false;
+  char* end = nullptr;
+  out = std::strtod(s.c_str(), &end);
+  return end == s.c_str() + s.size() && std::isfinite(out);
+}
+
+// splitmix64: tiny, fast, and the same on every platform.
+struct SplitMix64 {
+  uint64_t state;
+  uint64_t next() {
+    uint64_t z = (state += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+  }
+  // Uniform in [0, bound) without modulo bias.
+  uint64_t below(uint64_t bound) {
+    const uint64_t threshold = (0 - bound) % bound;
+    for (;;) {
+      uint64_t r = next();
+      if (r >= threshold) return r % bound;
+    }
+  }
+};
+
+}  // namespace
+
+at::Tensor load_idx(const std::string& path) {
+  const std::string data = read_maybe_gzip(path);
+  PARE_CHECK(data.size() >= 4, "IDX file '", path, "' is truncated: ", data.size(),
+             " bytes, the header needs at least 4");
+  PARE_CHECK(data[0] == 0 && data[1] == 0, "'", path, "' is not an IDX file (magic must start with"
+             " two zero bytes)");
+  const int type = static_cast<unsigned char>(data[2]);
+  const int ndim = static_cast<unsigned char>(data[3]);
+  PARE_CHECK(type == 0x08, "IDX file '", path, "' must hold unsigned bytes (type 0x08), got type 0x",
+             std::hex, type);
+  PARE_CHECK(ndim >= 1, "IDX file '", path, "' must have at least one dimension, got 0");
+  const size_t header = 4 + 4 * static_cast<size_t>(ndim);
+  PARE_CHECK(data.size() >= header, "IDX file '", path, "' is truncated: ", data.size(),
+             " bytes, the header of ", ndim, " dims needs ", header);
+  std::vector<int64_t> dims;
+  uint64_t numel = 1;
+  for (int i = 0; i < ndim; ++i) {
+    uint32_t d = read_be32(data, 4 + 4 * static_cast<size_t>(i));
+    dims.push_back(d);
+    PARE_CHECK(d == 0 || numel <= std::numeric_limits<uint64_t>::max() / d, "IDX file '", path,
+               "' has dims too large");
+    numel *= d;
+  }
+  const uint64_t payload = data.size() - header;
+  PARE_CHECK(payload == numel, "IDX file '", path, "' is ",
+             payload < numel ? "truncated" : "longer than its header says", ": dims ",
+             at::IntArrayRef(dims), " need ", numel, " bytes of data, found ", payload);
+  at::Tensor t = at::empty(dims, at::kByte);
+  if (numel > 0) std::memcpy(t.data_ptr<uint8_t>(), data.data() + header, numel);
+  return t;
+}
+
+TensorDataset load_dataset(const std::string& spec, const std::string& split) {
+  if (spec == "fashion-mnist") return load_fashion_mnist(kFashionMnistDir, split);
+  if (spec.rfind("fashion-mnist:", 0) == 0) {
+    std::string dir = spec.substr(std::strlen("fashion-mnist:"));
+    PARE_CHECK(!dir.empty(), "dataset spec 'fashion-mnist:DIR' needs a folder, got '", spec, "'");
+    return load_fashion_mnist(dir, split);
+  }
+  if (spec.rfind("npy:", 0) == 0) return load_npy_pair(spec, spec.substr(4));
+  throw InputError("unknown dataset '" + spec +
+                   "'; expected 'fashion-mnist', 'fashion-mnist:DIR' or 'npy:X.npy,Y.npy'");
+}
+
+void normalize(TensorDataset& ds, const std::string& mean_std) {
+  std::vector<double> v;
+  std::stringstream ss(mean_std);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    double d = 0;
+    PARE_CHECK(parse_double(item, d), "normalize expects 'MEAN,STD' (numbers), got '", mean_std,
+               "'");
+    v.push_back(d);
+  }
+  if (!mean_std.empty() && mean_std.back() == ',') v.clear();  // "1,2," is malformed
+  PARE_CHECK(v.size() >= 2 && v.size() % 2 == 0, "normalize expects 'MEAN,STD' or per channel "
+             "'M1,..,MC,S1,..,SC', got '", mean_std, "'");
+  PARE_CHECK(ds.x.defined() && at::isFloatingType(ds.x.scalar_type()),
+             "normalize needs floating-point inputs, dataset '", ds.name, "' has ",
+             ds.x.defined() ? c10::toString(ds.x.scalar_type()) : "none");
+  const size_t c = v.size() / 2;
+  for (size_t i = c; i < v.size(); ++i)
+    PARE_CHECK(v[i] > 0, "normalize needs STD > 0, got ", v[i], " in '", mean_std, "'");
+  if (c == 1) {
+    ds.x.sub_(v[0]).div_(v[1]);
+    return;
+  }
+  PARE_CHECK(ds.x.dim() >= 2 && ds.x.size(1) == static_cast<int64_t>(c), "normalize got ", c,
+             " channel means but dataset '", ds.name, "' has inputs ", ds.x.sizes());
+  std::vector<int64_t> bshape(ds.x.dim(), 1);
+  bshape[1] = static_cast<int64_t>(c);
+  auto opts = at::TensorOptions().dtype(ds.x.scalar_type());
+  at::Tensor mean = at::tensor(std::vector<double>(v.begin(), v.begin() + c)).to(opts).view(bshape);
+  at::Tensor std = at::tensor(std::vector<double>(v.begin() + c, v.end())).to(opts).view(bshape);
+  ds.x.sub_(mean).div_(std);
+}
+
+std::vector<int64_t> epoch_order(int64_t n, bool shuffle, uint64_t seed, int64_t epoch) {
+  PARE_CHECK(n >= 0, "epoch_order needs n >= 0, got ", n);
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) order[i] = i;
+  if (!shuffle) return order;
+  // Mix seed and epoch through one splitmix step each so nearby seeds/epochs are unrelated.
+  SplitMix64 mix{seed};
+  uint64_t s = mix.next();
+  mix.state = s ^ static_cast<uint64_t>(epoch);
+  SplitMix64 rng{mix.next()};
+  for (int64_t i = n - 1; i > 0; --i) {
+    auto j = static_cast<int64_t>(rng.below(static_cast<uint64_t>(i) + 1));
+    std::swap(order[i], order[j]);
+  }
+  return order;
+}
+
+// ---------------------------------------------------------------------------------------------
+// DataLoader
+
+DataLoader::DataLoader(const TensorDataset& ds, LoaderOptions opts) : ds_(ds), opts_(std::move(opts)) {
+  PARE_CHECK(opts_.batch_size_ > 0, "batch size must be > 0, got ", opts_.batch_size_);
+  PARE_CHECK(opts_.prefetch_ >= 0, "prefetch must be >= 0, got ", opts_.prefetch_);
+  PARE_CHECK(ds_.x.defined() && ds_.y.defined(), "dataset '", ds_.name, "' has no data");
+  PARE_CHECK(ds_.x.dim() >= 1 && ds_.y.dim() >= 1 && ds_.x.size(0) == ds_.y.size(0),
+             "dataset '", ds_.name, "' has inputs ", ds_.x.sizes(), " and labels ", ds_.y.sizes(),
+             " of different lengths");
+}
+
+DataLoader::~DataLoader() { stop_worker(); }
+
+int64_t DataLoader::batches_per_epoch() const {
+  // With a sampler the epoch length is the sampler's; before the first epoch, assume n.
+  const int64_t n = started_ ? static_cast<int64_t>(order_.size()) : ds_.size();
+  const int64_t bs = opts_.batch_size_;
+  return opts_.drop_last_ ? n / bs : (n + bs - 1) / bs;
+}
+
+void DataLoader::stop_worker() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (worker_.joinable()) worker_.join();
+  std::lock_guard<std::mutex> lock(mu_);
+  queue_.clear();
+  stop_ = false;
+}
+
+void DataLoader::start_epoch(int64_t epoch, int64_t skip_batches) {
+  PARE_CHECK(skip_batches >= 0, "skip_batches must be >= 0, got ", skip_batches);
+  stop_worker();
+  const int64_t n = ds_.size();
+  if (opts_.sampler_) {
+    order_ = opts_.sampler_(n, epoch);
+    for (int64_t i : order_)
+      PARE_CHECK(i >= 0 && i < n, "sampler returned index ", i, " for dataset '", ds_.name,
+                 "' of ", n, " samples");
+  } else {
+    order_ = epoch_order(n, opts_.shuffle_, opts_.seed_, epoch);
+  }
+  started_ = true;
+  error_ = nullptr;
+  num_batches_ = batches_per_epoch();
+  next_batch_ = produced_ = std::min(skip_batches, num_batches_);
+  if (opts_.prefetch_ == 0 || produced_ >= num_batches_) return;
+
+  worker_ = std::thread([this] {
+    try {
+      for (;;) {
+        int64_t b;
+        {
+          std::unique_lock<std::mutex> lock(mu_);
+          cv_.wait(lock, [&] {
+            return stop_ || static_cast<int>(queue_.size()) < opts_.prefetch_;
+          });
+          if (stop_ || produced_ >= num_batches_) return;
+          b = produced_;
+        }
+        Batch batch = make_batch(b);  // outside the lock: the consumer keeps going meanwhile
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          if (stop_) return;
+          queue_.push_back(std::move(batch));
+          ++produced_;
+        }
+        cv_.notify_all();
+      }
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mu_);
+      error_ = std::current_exception();
+      cv_.notify_all();
+    }
+  });
+}
+
+bool DataLoader::next(Batch& out) {
+  if (!started_) start_epoch(0);
+  if (next_batch_ >= num_batches_) return false;
+  if (opts_.prefetch_ == 0) {
+    out = make_batch(next_batch_++);
+    return true;
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return !queue_.empty() || error_ != nullptr; });
+  if (queue_.empty()) std::rethrow_exception(error_);
+  out = std::move(queue_.front());
+  queue_.pop_front();
+  ++next_batch_;
+  lock.unlock();
+  cv_.notify_all();
+  return true;
+}
+
+namespace {
+
+// Gathers rows of a contiguous CPU tensor with memcpy: no ATen parallel region, so the prefetch
+// thread never spawns intra-op threads that would compete with the training step.
+at::Tensor gather_rows(const at::Tensor& src, const int64_t* idx, int64_t count) {
+  if (!src.is_contiguous() || !src.device().is_cpu()) {
+    at::Tensor ids = at::from_blob(const_cast<int64_t*>(idx), {count}, at::kLong).to(src.device());
+    return src.index_select(0, ids);
+  }
+  std::vector<int64_t> sizes(src.sizes().begin(), src.sizes().end());
+  sizes[0] = count;
+  at::Tensor dst = at::empty(sizes, src.options());
+  const size_t row = static_cast<size_t>(src.numel() / std::max<int64_t>(src.size(0), 1)) *
+                     src.element_size();
+  const auto* s = static_cast<const char*>(src.data_ptr());
+  auto* d = static_cast<char*>(dst.data_ptr());
+  for (int64_t i = 0; i < count; ++i) std::memcpy(d + i * row, s + idx[i] * row, row);
+  return dst;
+}
+
+}  // namespace
+
+Batch DataLoader::make_batch(int64_t b) const {
+  const int64_t bs = opts_.batch_size_;
+  const int64_t begin = b * bs;
+  const int64_t end = std::min<int64_t>(begin + bs, static_cast<int64_t>(order_.size()));
+  PARE_ASSERT(begin < end, "batch ", b, " is outside the epoch of ", order_.size(), " samples");
+  Batch out;
+  out.x = gather_rows(ds_.x, order_.data() + begin, end - begin);
+  out.y = gather_rows(ds_.y, order_.data() + begin, end - begin);
+  out.index = b;
+  return out;
+}
+
+}  // namespace pare::core

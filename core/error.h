@@ -1,0 +1,60 @@
+// pare's one error type and its two checks.
+//
+//   PARE_CHECK(cond, "what was expected", ...)   bad input or usage: throws InputError (exit 2)
+//   PARE_ASSERT(cond, ...)                        broken invariant:   throws InternalError ("bug in pare")
+//
+// Messages state the rule, then what was seen, and name the file / node / op involved.
+#pragma once
+
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace pare {
+
+/// Base of every exception pare throws. `exit_code()` is what the CLI returns for it:
+/// 1 for a runtime failure, 2 for bad input or usage.
+class Error : public std::runtime_error {
+ public:
+  explicit Error(const std::string& msg, int exit_code = 1)
+      : std::runtime_error(msg), exit_code_(exit_code) {}
+  int exit_code() const { return exit_code_; }
+
+ private:
+  int exit_code_;
+};
+
+/// A file, option or model that pare cannot accept (exit code 2).
+class InputError : public Error {
+ public:
+  explicit InputError(const std::string& msg) : Error(msg, 2) {}
+};
+
+/// An invariant inside pare was broken: a bug, never the user's fault (exit code 1).
+class InternalError : public Error {
+ public:
+  explicit InternalError(const std::string& msg) : Error("bug in pare: " + msg, 1) {}
+};
+
+namespace detail {
+template <class... Args>
+std::string concat(const Args&... args) {
+  std::ostringstream os;
+  (os << ... << args);
+  return os.str();
+}
+}  // namespace detail
+
+}  // namespace pare
+
+#define PARE_CHECK(cond, ...)                                                        \
+  do {                                                                               \
+    if (!(cond)) throw ::pare::InputError(::pare::detail::concat(__VA_ARGS__));     \
+  } while (0)
+
+#define PARE_ASSERT(cond, ...)                                                       \
+  do {                                                                               \
+    if (!(cond))                                                                     \
+      throw ::pare::InternalError(::pare::detail::concat(                           \
+          __FILE__, ":", __LINE__, ": ", #cond, " ", ##__VA_ARGS__));                \
+  } while (0)

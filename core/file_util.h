@@ -1,0 +1,33 @@
+// Reading files whole and writing them atomically: every file pare writes goes through
+// write_file_atomic, so an interrupted run leaves the previous artifact intact, never half a file.
+#pragma once
+
+#include <functional>
+#include <ostream>
+#include <string>
+#include <string_view>
+
+namespace pare {
+
+/// Reads a whole file. Throws InputError naming `path` if it is missing or unreadable.
+std::string read_file(const std::string& path);
+
+/// True if `path` names an existing regular file.
+bool file_exists(const std::string& path);
+
+/// Writes `path` atomically: `write` fills a temporary file next to `path`, which is flushed,
+/// fsync'ed and renamed over `path`. If `write` throws (or the process dies), `path` is untouched
+/// and the temporary file is removed (or, after a crash, left under a `.tmp.` name).
+/// Throws Error if the directory is not writable.
+void write_file_atomic(const std::string& path, const std::function<void(std::ostream&)>& write);
+
+/// Convenience overload for data already in memory.
+void write_file_atomic(const std::string& path, std::string_view data);
+
+/// Directory part of `path` ("." when there is none).
+std::string dir_name(const std::string& path);
+
+/// Joins a directory and a relative path ("a/b" + "c" = "a/b/c"); absolute `rel` wins.
+std::string join_path(const std::string& dir, const std::string& rel);
+
+}  // namespace pare

@@ -1,0 +1,173 @@
+#include "core/module.h"
+
+#include <algorithm>
+#include <set>
+
+#include "core/dtype.h"
+#include "core/error.h"
+
+namespace pare::core {
+
+Module::Module(Graph graph) : graph_(std::move(graph)) {
+  graph_.topo_sort();
+  graph_.verify();
+  compile();
+}
+
+int Module::slot_of(const std::string& name) const {
+  auto it = slot_.find(name);
+  return it == slot_.end() ? -1 : it->second;
+}
+
+void Module::compile() {
+  const auto& reg = OpRegistry::global();
+  auto add_slot = [&](const std::string& name) {
+    auto [it, inserted] = slot_.emplace(name, static_cast<int>(slot_.size()));
+    return it->second;
+  };
+  for (auto& in : graph_.inputs) input_slots_.push_back(add_slot(in.name));
+  for (auto& [k, t] : graph_.initializers) add_slot(k);
+  for (auto& n : graph_.nodes)
+    for (auto& o : n.outputs)
+      if (!o.empty()) add_slot(o);
+
+  // Which initializers are trainable weights / running state, by how the ops read them.
+  std::set<std::string> weights, state;
+  for (auto& n : graph_.nodes) {
+    const OpDef& op = reg.get(n.op_type);
+    for (int i : op.weight_inputs)
+      if (n.has_input(i)) weights.insert(n.inputs[i]);
+    for (int i : op.state_inputs)
+      if (n.has_input(i)) state.insert(n.inputs[i]);
+  }
+  consts_.assign(slot_.size(), at::Tensor());
+  std::set<std::string> seen;
+  for (auto& n : graph_.nodes) {
+    Step s{&reg.get(n.op_type), &n, {}, {}};
+    for (auto& in : n.inputs) {
+      s.in.push_back(in.empty() ? -1 : slot_of(in));
+      auto it = graph_.initializers.find(in);
+      if (in.empty() || it == graph_.initializers.end() || !seen.insert(in).second) continue;
+      at::Tensor t = it->second;
+      bool floating = at::isFloatingType(t.scalar_type());
+      if (floating && state.count(in) && !weights.count(in)) {
+        t = t.clone();  // running statistics are updated in place during training
+        buffer_names_.push_back(in);
+      } else if (floating && weights.count(in) && t.dim() > 0 && !graph_.find_input(in)) {
+        t = t.detach().clone().set_requires_grad(true);
+        params_.push_back(t);
+        param_names_.push_back(in);
+      }
+      consts_[slot_of(in)] = t;
+    }
+    for (auto& o : n.outputs) s.out.push_back(o.empty() ? -1 : slot_of(o));
+    steps_.push_back(std::move(s));
+  }
+  for (auto& [k, t] : graph_.initializers)
+    if (!consts_[slot_of(k)].defined()) consts_[slot_of(k)] = t;
+  for (auto& o : graph_.outputs) output_slots_.push_back(slot_of(o.name));
+}
+
+void Module::run(const std::vector<at::Tensor>& inputs, std::vector<at::Tensor>& slots) {
+  PARE_CHECK(inputs.size() == graph_.inputs.size(), "model '", graph_.name, "' takes ",
+             graph_.inputs.size(), " input(s), got ", inputs.size());
+  slots = consts_;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const ValueInfo& info = graph_.inputs[i];
+    const at::Tensor& x = inputs[i];
+    PARE_CHECK(x.defined(), "input '", info.name, "' is missing");
+    if (info.has_shape) {
+      PARE_CHECK(x.dim() == static_cast<int64_t>(info.shape.size()), "input '", info.name,
+                 "' must have shape ", shape_str(info.shape), ", got ", x.sizes());
+      for (size_t d = 0; d < info.shape.size(); ++d)
+        PARE_CHECK(!info.shape[d].is_fixed() || info.shape[d].value == x.size(d), "input '",
+                   info.name, "' must have shape ", shape_str(info.shape), ", got ", x.sizes(),
+                   " (dim ", d, ")");
+    }
+    bool both_float = at::isFloatingType(x.scalar_type()) && at::isFloatingType(info.dtype);
+    bool both_int = at::isIntegralType(x.scalar_type(), false) && at::isIntegralType(info.dtype, false);
+    PARE_CHECK(x.scalar_type() == info.dtype || both_float || both_int, "input '", info.name,
+               "' must be ", dtype_name(info.dtype), ", got ", dtype_name(x.scalar_type()));
+    slots[input_slots_[i]] = x.scalar_type() == info.dtype ? x : x.to(info.dtype);
+  }
+  std::vector<at::Tensor> args;
+  for (const Step& s : steps_) {
+    args.clear();
+    for (int in : s.in) args.push_back(in < 0 ? at::Tensor() : slots[in]);
+    std::vector<at::Tensor> outs;
+    try {
+      outs = s.op->forward(*s.node, args, ctx_);
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& e) {
+      // libtorch's c10::Error: say which node failed and with which input shapes.
+      std::string shapes;
+      for (auto& a : args) {
+        std::ostringstream os;
+        if (a.defined()) os << a.sizes(); else os << "none";
+        shapes += (shapes.empty() ? "" : ", ") + os.str();
+      }
+      std::string what = e.what();
+      auto nl = what.find('\n');
+      throw InputError(s.node->describe() + " failed on inputs of shape " + shapes + ": " +
+                       what.substr(0, nl));
+    }
+    for (size_t i = 0; i < s.out.size(); ++i)
+      if (s.out[i] >= 0 && i < outs.size()) slots[s.out[i]] = std::move(outs[i]);
+  }
+}
+
+std::vector<at::Tensor> Module::forward(const std::vector<at::Tensor>& inputs) {
+  std::vector<at::Tensor> slots;
+  run(inputs, slots);
+  std::vector<at::Tensor> r;
+  for (int s : output_slots_) r.push_back(slots[s]);
+  return r;
+}
+
+std::unordered_map<std::string, at::Tensor> Module::forward_values(
+    const std::vector<at::Tensor>& inputs, const std::vector<std::string>& extra) {
+  for (auto& e : extra)
+    PARE_CHECK(slot_.count(e), "model '", graph_.name, "' has no value named '", e, "'");
+  std::vector<at::Tensor> slots;
+  run(inputs, slots);
+  std::unordered_map<std::string, at::Tensor> r;
+  for (auto& o : graph_.outputs) r[o.name] = slots[slot_of(o.name)];
+  for (auto& e : extra) r[e] = slots[slot_of(e)];
+  return r;
+}
+
+void Module::to(const at::Device& device) {
+  at::NoGradGuard no_grad;
+  for (auto& t : consts_)
+    if (t.defined() && t.device() != device) {
+      // Shape-like integer constants stay on the CPU where shape ops read them.
+      if (!at::isFloatingType(t.scalar_type()) && t.numel() <= 64) continue;
+      bool grad = t.requires_grad();
+      t = t.detach().to(device);
+      if (grad) t.set_requires_grad(true);
+    }
+  params_.clear();
+  for (auto& n : param_names_) params_.push_back(consts_[slot_of(n)]);
+  device_ = device;
+}
+
+at::Tensor Module::initializer(const std::string& name) const {
+  int s = slot_of(name);
+  PARE_CHECK(s >= 0 && consts_[s].defined(), "model '", graph_.name, "' has no initializer '", name, "'");
+  return consts_[s];
+}
+
+Graph Module::to_graph() const {
+  Graph g = graph_;
+  for (auto& [k, t] : g.initializers) t = consts_[slot_of(k)].detach().to(at::kCPU).clone();
+  return g;
+}
+
+int64_t Module::parameter_count() const {
+  int64_t n = 0;
+  for (auto& p : params_) n += p.numel();
+  return n;
+}
+
+}  // namespace pare::core

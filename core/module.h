@@ -1,0 +1,86 @@
+// core::Module: the trainable view of a Graph. Floating-point initializers that feed an op's
+// weight inputs become parameters (requires_grad); BatchNorm running statistics become buffers;
+// the rest stay constants. forward() runs a plan compiled once at construction (values resolved to
+// slots), so the hot path does no name lookups.
+//
+//   Module m(load_model("cnn"));
+//   m.train();
+//   auto out = m.forward({x});                          // graph outputs
+//   auto vals = m.forward_values({x}, {"relu_2"});      // plus named intermediate values
+//   ... optimizer over m.parameters() ...
+//   Graph trained = m.to_graph();                       // weights written back
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/graph.h"
+#include "core/op_registry.h"
+
+namespace pare::core {
+
+class Module {
+ public:
+  /// Verifies and topologically sorts `graph`, then compiles the execution plan.
+  /// Throws InputError for a malformed graph.
+  explicit Module(Graph graph);
+
+  /// Graph outputs for the given graph inputs (in graph input order).
+  /// Throws InputError naming the input when a rank, fixed dim or dtype does not match.
+  std::vector<at::Tensor> forward(const std::vector<at::Tensor>& inputs);
+
+  /// Like forward, but also returns the named intermediate values (feature distillation).
+  /// The map holds every graph output and every name in `extra`; throws InputError for a name
+  /// the graph does not define.
+  std::unordered_map<std::string, at::Tensor> forward_values(const std::vector<at::Tensor>& inputs,
+                                                             const std::vector<std::string>& extra);
+
+  void train(bool on = true) { ctx_.training = on; }
+  void eval() { train(false); }
+  bool is_training() const { return ctx_.training; }
+
+  /// Moves parameters, buffers and constants to `device`.
+  void to(const at::Device& device);
+  at::Device device() const { return device_; }
+
+  /// Trainable tensors, in the order the graph first uses them.
+  const std::vector<at::Tensor>& parameters() const { return params_; }
+  const std::vector<std::string>& parameter_names() const { return param_names_; }
+  /// Running statistics (updated in training mode) and other non-trainable float state.
+  const std::vector<std::string>& buffer_names() const { return buffer_names_; }
+  /// Every initializer by name (parameters, buffers, constants) as the module now holds it.
+  at::Tensor initializer(const std::string& name) const;
+
+  /// The graph with the current weights written back (on the CPU, detached).
+  Graph to_graph() const;
+  const Graph& graph() const { return graph_; }
+
+  /// Sum of numel over parameters.
+  int64_t parameter_count() const;
+
+ private:
+  struct Step {
+    const OpDef* op;
+    const Node* node;
+    std::vector<int> in;   // slot per input, -1 for omitted
+    std::vector<int> out;  // slot per output, -1 for omitted
+  };
+  void compile();
+  void run(const std::vector<at::Tensor>& inputs, std::vector<at::Tensor>& slots);
+  int slot_of(const std::string& name) const;
+
+  Graph graph_;
+  RunContext ctx_;
+  at::Device device_ = at::kCPU;
+  std::unordered_map<std::string, int> slot_;
+  std::vector<at::Tensor> consts_;          // slot -> initializer tensor (undefined for others)
+  std::vector<Step> steps_;
+  std::vector<int> input_slots_, output_slots_;
+  std::vector<at::Tensor> params_;
+  std::vector<std::string> param_names_, buffer_names_;
+};
+
+}  // namespace pare::core

@@ -1,0 +1,66 @@
+// ONNX in and out through the real ONNX protobuf schema (libonnx).
+//
+//   Graph g = load_model("teacher.onnx");                  // or a zoo spec: load_model("cnn", seed)
+//   save_onnx(g, "out/student.onnx");                      // checked by onnx::checker, atomic
+//   save_onnx(big, "out/big.onnx", OnnxSaveOptions().external_data(true));  // + big.onnx.data
+//
+// Supported: initializers and TENSOR attributes of f32 f16 bf16 f64 int8 uint8 int16 int32 int64
+// bool (raw_data, the typed *_data fields, or external data files); attributes INT FLOAT STRING
+// TENSOR INTS FLOATS STRINGS; symbolic dims (dim_param). Not supported (InputError): control flow
+// (GRAPH attributes), sparse initializers, string tensors.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/graph.h"
+
+namespace pare::core {
+
+struct OnnxSaveOptions {
+  /// Write initializers to "<model file name>.data" beside the model: forced when the tensors
+  /// would exceed protobuf's 2 GB limit, optional otherwise.
+  OnnxSaveOptions& external_data(bool v) { external_data_ = v; return *this; }
+  /// Tensors smaller than this stay inside the model when external data is used.
+  OnnxSaveOptions& external_threshold(int64_t bytes) { external_threshold_ = bytes; return *this; }
+  /// Run onnx::checker::check_model on the result before writing it.
+  OnnxSaveOptions& check(bool v) { check_ = v; return *this; }
+
+  bool external_data_ = false;
+  int64_t external_threshold_ = 1024;
+  bool check_ = true;
+};
+
+/// Options for load_onnx / parse_onnx.
+struct OnnxLoadOptions {
+  /// Run Graph::verify() on the result (unknown ops, arity, attribute kinds). Turn off only for
+  /// tools that inspect graphs pare cannot run.
+  OnnxLoadOptions& verify(bool v) { verify_ = v; return *this; }
+
+  bool verify_ = true;
+};
+
+/// Reads an ONNX model (with external data files resolved relative to the model's folder).
+/// Graph inputs that are also initializers are dropped from Graph::inputs.
+/// Throws InputError naming the file for truncated or malformed protobuf, unsupported dtypes or
+/// attributes, missing or short external data; the graph is verified (unknown ops are named).
+Graph load_onnx(const std::string& path);
+Graph load_onnx(const std::string& path, const OnnxLoadOptions& opts);
+/// Same, from bytes already in memory; `origin` names the source in messages, and external data
+/// is looked up relative to its folder.
+Graph parse_onnx(const std::string& bytes, const std::string& origin);
+Graph parse_onnx(const std::string& bytes, const std::string& origin, const OnnxLoadOptions& opts);
+
+/// Writes `g` as an ONNX model (IR version 8, opset g.opset) atomically, model and external data
+/// both. The checker runs before anything is written: a rejected model leaves no file and throws
+/// Error naming `path`. Throws InputError for initializers of a type ONNX lacks.
+void save_onnx(const Graph& g, const std::string& path, const OnnxSaveOptions& opts = {});
+/// Serializes `g` with every initializer inline as raw_data; used by save_onnx and tests.
+/// Throws Error when the checker rejects the model or it exceeds protobuf's 2 GB limit.
+std::string serialize_onnx(const Graph& g, bool check = true);
+
+/// A model from a zoo spec ("mlp:784-300-100-10", "cnn", ...; weights seeded with `seed`) or an
+/// ONNX file. Throws InputError when it is neither, listing the zoo models.
+Graph load_model(const std::string& path_or_spec, uint64_t seed = 0);
+
+}  // namespace pare::core

@@ -1,0 +1,63 @@
+#include "core/op_registry.h"
+
+#include <mutex>
+
+namespace pare::core {
+
+const AttrSpec* OpDef::find_attr(const std::string& key) const {
+  for (auto& a : attrs)
+    if (a.name == key) return &a;
+  return nullptr;
+}
+
+OpRegistry& OpRegistry::global() {
+  static OpRegistry reg;
+  static std::once_flag once;
+  std::call_once(once, [] { register_core_ops(reg); });
+  return reg;
+}
+
+OpDef& OpRegistry::add(OpDef def) {
+  PARE_ASSERT(!def.name.empty(), "op registered without a name");
+  PARE_ASSERT(def.forward != nullptr, "op '", def.name, "' registered without a forward");
+  auto name = def.name;
+  auto [it, inserted] = ops_.emplace(name, std::move(def));
+  PARE_ASSERT(inserted, "op '", name, "' registered twice");
+  return it->second;
+}
+
+const OpDef* OpRegistry::find(const std::string& op_type) const {
+  auto it = ops_.find(op_type);
+  return it == ops_.end() ? nullptr : &it->second;
+}
+
+const OpDef& OpRegistry::get(const std::string& op_type) const {
+  const OpDef* op = find(op_type);
+  PARE_CHECK(op != nullptr, "unknown op '", op_type, "'");
+  return *op;
+}
+
+OpDef& OpRegistry::mutable_get(const std::string& op_type) {
+  return const_cast<OpDef&>(get(op_type));
+}
+
+std::vector<std::string> OpRegistry::names() const {
+  std::vector<std::string> r;
+  for (auto& [k, v] : ops_) r.push_back(k);
+  return r;
+}
+
+void register_core_ops(OpRegistry& reg) {
+  register_elementwise_ops(reg);
+  register_nn_ops(reg);
+  register_tensor_ops(reg);
+}
+
+std::vector<int64_t> to_int_vector(const at::Tensor& t) {
+  if (!t.defined()) return {};
+  at::Tensor c = t.detach().to(at::kCPU, at::kLong).contiguous().reshape({-1});
+  const int64_t* p = c.data_ptr<int64_t>();
+  return std::vector<int64_t>(p, p + c.numel());
+}
+
+}  // namespace pare::core

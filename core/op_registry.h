@@ -1,0 +1,116 @@
+// The op registry: every op pare knows is declared here once, with its arity, attributes, a
+// libtorch forward that works under autograd, and a FLOP count. Other modules attach their own
+// facets to the same entry (export/ its ONNX writer and runtime lowering, quantize/ its policy,
+// prune/ its channel propagation) and look them up by name; a missing facet throws an error that
+// names the op and the facet.
+//
+//   auto& reg = OpRegistry::global();          // core ops registered on first use
+//   const OpDef& conv = reg.get("Conv");
+//   auto y = conv.forward(node, {x, w, b}, ctx);
+//   reg.mutable_get("Conv").set_facet("prune.channels", MyChannelRule{...});
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <any>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/error.h"
+#include "core/graph.h"
+
+namespace pare::core {
+
+/// What a forward needs besides its inputs.
+struct RunContext {
+  bool training = false;  ///< BatchNorm uses batch statistics and updates running ones; Dropout drops
+};
+
+/// An attribute an op accepts. verify() rejects attributes that are not declared.
+struct AttrSpec {
+  std::string name;
+  AttrKind kind;
+  bool required = false;
+};
+
+/// Forward: inputs in node order (an omitted optional input is an undefined tensor); returns one
+/// tensor per node output (an output the op does not produce may be undefined).
+using ForwardFn = std::function<std::vector<at::Tensor>(const Node&, const std::vector<at::Tensor>&,
+                                                        const RunContext&)>;
+
+/// FLOPs of one application with the given concrete input and output sizes
+/// (multiply-add counts as 2; elementwise ops count one per output element).
+using FlopsFn = std::function<int64_t(const Node&, const std::vector<std::vector<int64_t>>& in,
+                                      const std::vector<std::vector<int64_t>>& out)>;
+
+/// One registered op.
+struct OpDef {
+  std::string name;
+  int inputs_min = 1, inputs_max = 1;    ///< arity of inputs (max -1: variadic)
+  int outputs_min = 1, outputs_max = 1;  ///< arity of outputs
+  std::vector<AttrSpec> attrs;
+  ForwardFn forward;
+  FlopsFn flops;                          ///< may be empty: counted as 0
+  std::vector<int> weight_inputs;        ///< inputs that hold trainable weights when initializers
+  std::vector<int> state_inputs;         ///< inputs that hold running state (BatchNorm mean/var)
+  std::string doc;                        ///< one line for `pare ops` and errors
+
+  /// Attaches a facet under `key` ("export.onnx", "prune.channels", ...), replacing any earlier one.
+  template <class T>
+  void set_facet(const std::string& key, T value) {
+    facets_[key] = std::make_shared<std::any>(std::move(value));
+  }
+  bool has_facet(const std::string& key) const { return facets_.count(key) != 0; }
+  /// The facet `key` as a T. Throws Error naming the op and the facet if it is missing or of
+  /// another type.
+  template <class T>
+  const T& facet(const std::string& key) const {
+    auto it = facets_.find(key);
+    if (it == facets_.end())
+      throw Error("op '" + name + "' has no facet '" + key + "'");
+    const T* v = std::any_cast<T>(it->second.get());
+    PARE_ASSERT(v != nullptr, "facet '", key, "' of op '", name, "' has another type");
+    return *v;
+  }
+
+  const AttrSpec* find_attr(const std::string& key) const;
+
+ private:
+  std::map<std::string, std::shared_ptr<std::any>> facets_;
+};
+
+/// All ops by name.
+class OpRegistry {
+ public:
+  /// The process-wide registry; the core ops are registered on first call.
+  static OpRegistry& global();
+
+  /// Adds an op; throws InternalError if the name is taken.
+  OpDef& add(OpDef def);
+  /// The op named `op_type`; throws InputError "unknown op" otherwise.
+  const OpDef& get(const std::string& op_type) const;
+  OpDef& mutable_get(const std::string& op_type);
+  const OpDef* find(const std::string& op_type) const;
+  std::vector<std::string> names() const;
+
+ private:
+  std::map<std::string, OpDef> ops_;
+};
+
+/// Registers every core op (explicitly, not by static initializers: see STYLE.md).
+void register_core_ops(OpRegistry& reg);
+
+// The core op families, each in its own file (core/ops_*.cpp).
+void register_elementwise_ops(OpRegistry& reg);
+void register_nn_ops(OpRegistry& reg);
+void register_tensor_ops(OpRegistry& reg);
+
+/// Reads a small integer tensor (shape, axes, indices) into a vector, wherever it lives.
+std::vector<int64_t> to_int_vector(const at::Tensor& t);
+
+}  // namespace pare::core

@@ -1,0 +1,590 @@
+// Core ops, nn family: Conv/ConvTranspose, Gemm/MatMul, BatchNormalization, LayerNormalization,
+// pooling, Flatten, Dropout and the Reduce* ops. ONNX pads are [x1_begin, x2_begin, ..., x1_end,
+// x2_end, ...]; where libtorch cannot express them (asymmetric, or wider than half the kernel)
+// the input is padded explicitly first.
+#include <cmath>
+#include <limits>
+#include <tuple>
+
+#include "core/op_registry.h"
+#include "core/ops_util.h"
+
+namespace pare::core {
+namespace {
+
+using ops::flops_per_input;
+using ops::flops_per_output;
+using ops::has_input;
+using ops::numel;
+using ops::spec_float;
+using ops::spec_int;
+using ops::spec_ints;
+using ops::spec_string;
+using Tensors = std::vector<at::Tensor>;
+using Sizes = std::vector<std::vector<int64_t>>;
+
+std::vector<int64_t> spatial_sizes(const at::Tensor& x) {
+  return std::vector<int64_t>(x.sizes().begin() + 2, x.sizes().end());
+}
+
+/// Resizes a forward's result to one entry per node output (missing ones undefined).
+Tensors fit_outputs(const Node& n, Tensors out) {
+  out.resize(std::max<size_t>(1, n.outputs.size()));
+  return out;
+}
+
+bool wants_output(const Node& n, size_t i) { return i < n.outputs.size() && !n.outputs[i].empty(); }
+
+// ---- Conv / ConvTranspose -----------------------------------------------------------------
+
+Tensors conv_forward(const Node& n, const Tensors& in, const RunContext&) {
+  const at::Tensor& x = in.at(0);
+  const at::Tensor& w = in.at(1);
+  PARE_CHECK(x.dim() >= 3 && x.dim() <= 5 && w.dim() == x.dim(), n.describe(),
+             ": Conv needs X [N, C, spatial...] (1 to 3 spatial dims) and W of the same rank; got X ",
+             x.sizes(), " and W ", w.sizes());
+  const int64_t group = n.attr_int("group", 1);
+  PARE_CHECK(group >= 1 && x.size(1) == w.size(1) * group, n.describe(),
+             ": Conv input channels (", x.size(1), ") must equal W.shape[1] (", w.size(1),
+             ") * group (", group, ")");
+  const std::vector<int64_t> kernel(w.sizes().begin() + 2, w.sizes().end());
+  ops::Window win = ops::resolve_window(n, spatial_sizes(x), kernel);
+  c10::optional<at::Tensor> bias;
+  if (has_input(in, 2)) bias = in[2];
+  at::Tensor src = x;
+  std::vector<int64_t> padding = win.pads_begin;
+  if (!win.symmetric()) {
+    src = ops::pad_spatial(x, win.pads_begin, win.pads_end, 0);
+    padding.assign(kernel.size(), 0);
+  }
+  const std::vector<int64_t> output_padding(kernel.size(), 0);
+  return {at::convolution(src, w, bias, win.strides, padding, win.dilations, false, output_padding,
+                          group)};
+}
+
+// 2 FLOPs per multiply-add: every output element reads (C/group) * prod(kernel) weights.
+// Bias additions are not counted.
+int64_t conv_flops(const Node&, const Sizes& in, const Sizes& out) {
+  if (in.size() < 2 || out.empty() || in[1].size() < 2) return 0;
+  const std::vector<int64_t> per_out(in[1].begin() + 1, in[1].end());
+  return 2 * numel(out[0]) * numel(per_out);
+}
+
+Tensors conv_transpose_forward(const Node& n, const Tensors& in, const RunContext&) {
+  const at::Tensor& x = in.at(0);
+  const at::Tensor& w = in.at(1);
+  PARE_CHECK(x.dim() >= 3 && x.dim() <= 5 && w.dim() == x.dim(), n.describe(),
+             ": ConvTranspose needs X [N, C, spatial...] and W of the same rank; got X ", x.sizes(),
+             " and W ", w.sizes());
+  const int64_t group = n.attr_int("group", 1);
+  const size_t ns = static_cast<size_t>(x.dim() - 2);
+  const std::vector<int64_t> kernel(w.sizes().begin() + 2, w.sizes().end());
+  const std::vector<int64_t> sp = spatial_sizes(x);
+  auto strides = n.attr_ints("strides", std::vector<int64_t>(ns, 1));
+  auto dilations = n.attr_ints("dilations", std::vector<int64_t>(ns, 1));
+  auto out_pad = n.attr_ints("output_padding", std::vector<int64_t>(ns, 0));
+  PARE_CHECK(strides.size() == ns && dilations.size() == ns && out_pad.size() == ns, n.describe(),
+             ": strides, dilations and output_padding need one value per spatial dim (", ns, ")");
+  // Full (unpadded) output, then crop the pads: this handles asymmetric pads and output_shape.
+  std::vector<int64_t> full(ns), begin(ns, 0), end(ns, 0);
+  for (size_t i = 0; i < ns; ++i)
+    full[i] = (sp[i] - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1 + out_pad[i];
+  const std::string auto_pad = n.attr_string("auto_pad", "NOTSET");
+  auto output_shape = n.attr_ints("output_shape");
+  if (!output_shape.empty() || auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+    if (output_shape.size() > ns)  // output_shape may include N and C
+      output_shape.erase(output_shape.begin(), output_shape.end() - static_cast<long>(ns));
+    for (size_t i = 0; i < ns; ++i) {
+      const int64_t target = output_shape.empty() ? sp[i] * strides[i] : output_shape[i];
+      const int64_t total = full[i] - target;
+      PARE_CHECK(total >= 0, n.describe(), ": output_shape larger than the full transposed output");
+      // ONNX: SAME_UPPER puts the smaller half first; SAME_LOWER and NOTSET the larger.
+      begin[i] = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+      end[i] = total - begin[i];
+    }
+  } else if (auto_pad == "NOTSET") {
+    auto pads = n.attr_ints("pads", std::vector<int64_t>(2 * ns, 0));
+    PARE_CHECK(pads.size() == 2 * ns, n.describe(), ": pads needs ", 2 * ns, " values");
+    for (size_t i = 0; i < ns; ++i) {
+      begin[i] = pads[i];
+      end[i] = pads[ns + i];
+    }
+  } else {
+    PARE_CHECK(auto_pad == "VALID", n.describe(), ": unknown auto_pad '", auto_pad, "'");
+  }
+  c10::optional<at::Tensor> bias;
+  if (has_input(in, 2)) bias = in[2];
+  for (size_t i = 0; i < ns; ++i)
+    PARE_CHECK(out_pad[i] < strides[i] || out_pad[i] < dilations[i], n.describe(),
+               ": output_padding must be smaller than the stride or the dilation, got ", out_pad[i]);
+  at::Tensor y = at::convolution(x, w, bias, strides, std::vector<int64_t>(ns, 0), dilations, true,
+                                 out_pad, group);
+  for (size_t i = 0; i < ns; ++i) {
+    const int64_t dim = static_cast<int64_t>(i) + 2;
+    if (begin[i] != 0 || end[i] != 0) {
+      y = y.slice(dim, begin[i], y.size(dim) - end[i]);
+    }
+  }
+  return {y};
+}
+
+// Every input element is scattered through (M/group) * prod(kernel) weights.
+int64_t conv_transpose_flops(const Node&, const Sizes& in, const Sizes&) {
+  if (in.size() < 2 || in[1].size() < 2) return 0;
+  const std::vector<int64_t> per_in(in[1].begin() + 1, in[1].end());
+  return 2 * numel(in[0]) * numel(per_in);
+}
+
+// ---- Gemm / MatMul -------------------------------------------------------------------------
+
+Tensors gemm_forward(const Node& n, const Tensors& in, const RunContext&) {
+  at::Tensor a = in.at(0), b = in.at(1);
+  PARE_CHECK(a.dim() == 2 && b.dim() == 2, n.describe(), ": Gemm needs 2-D A and B, got ",
+             a.sizes(), " and ", b.sizes());
+  if (n.attr_int("transA", 0) != 0) a = a.t();
+  if (n.attr_int("transB", 0) != 0) b = b.t();
+  PARE_CHECK(a.size(1) == b.size(0), n.describe(),
+             ": Gemm requires the reduction length of A and B to be equal, got A' ", a.sizes(),
+             " and B' ", b.sizes());
+  const double alpha = n.attr_float("alpha", 1.0f);
+  const double beta = n.attr_float("beta", 1.0f);
+  if (has_input(in, 2) && beta != 0.0) return {at::addmm(in[2], a, b, beta, alpha)};
+  at::Tensor y = at::mm(a, b);
+  return {alpha == 1.0 ? y : y * alpha};
+}
+
+int64_t gemm_flops(const Node& n, const Sizes& in, const Sizes& out) {
+  if (in.empty() || out.empty() || in[0].size() != 2) return 0;
+  const int64_t k = n.attr_int("transA", 0) != 0 ? in[0][0] : in[0][1];
+  return 2 * numel(out[0]) * k;
+}
+
+int64_t matmul_flops(const Node&, const Sizes& in, const Sizes& out) {
+  if (in.empty() || out.empty() || in[0].empty()) return 0;
+  return 2 * numel(out[0]) * in[0].back();
+}
+
+// ---- Normalisation -------------------------------------------------------------------------
+
+Tensors batch_norm_forward(const Node& n, const Tensors& in, const RunContext& ctx) {
+  const at::Tensor& x = in.at(0);
+  const at::Tensor &scale = in.at(1), &bias = in.at(2), &mean = in.at(3), &var = in.at(4);
+  PARE_CHECK(x.dim() >= 2, n.describe(), ": BatchNormalization needs X [N, C, ...], got ",
+             x.sizes());
+  const double eps = n.attr_float("epsilon", 1e-5f);
+  // ONNX: running = running * momentum + batch * (1 - momentum); libtorch weighs the batch by
+  // its momentum, so it gets 1 - momentum.
+  const double torch_momentum = 1.0 - static_cast<double>(n.attr_float("momentum", 0.9f));
+  const bool graph_training = n.attr_int("training_mode", 0) != 0;
+  if (!ctx.training && !graph_training)
+    return fit_outputs(n, {at::batch_norm(x, scale, bias, mean, var, false, 0.0, eps, true)});
+  // Training: batch statistics. Under RunContext.training the running statistics are the
+  // module's buffers and are updated in place (as in PyTorch, with the unbiased batch variance);
+  // a graph in training_mode run for inference leaves its inputs untouched.
+  at::Tensor running_mean = ctx.training ? mean : mean.clone();
+  at::Tensor running_var = ctx.training ? var : var.clone();
+  at::Tensor y =
+      at::batch_norm(x, scale, bias, running_mean, running_var, true, torch_momentum, eps, true);
+  return fit_outputs(n, {y, running_mean, running_var});
+}
+
+Tensors layer_norm_forward(const Node& n, const Tensors& in, const RunContext&) {
+  const at::Tensor& x0 = in.at(0);
+  const int64_t rank = x0.dim();
+  const int64_t axis = ops::normalize_axis(n.attr_int("axis", -1), rank, n);
+  const double eps = n.attr_float("epsilon", 1e-5f);
+  // stash_type 1 (float): statistics of low-precision inputs are computed in float32.
+  const bool upcast = n.attr_int("stash_type", 1) == 1 &&
+                      (x0.scalar_type() == at::kHalf || x0.scalar_type() == at::kBFloat16);
+  auto up = [&](const at::Tensor& t) { return upcast && t.defined() ? t.to(at::kFloat) : t; };
+  const at::Tensor x = up(x0);
+  const at::Tensor scale = up(in.at(1));
+  const at::Tensor bias = has_input(in, 2) ? up(in[2]) : at::Tensor();
+  const std::vector<int64_t> norm_shape(x.sizes().begin() + axis, x.sizes().end());
+  std::vector<int64_t> stat_shape(x.sizes().begin(), x.sizes().begin() + axis);
+  stat_shape.resize(static_cast<size_t>(rank), 1);
+
+  at::Tensor y, mean, inv_std;
+  if (scale.sizes().vec() == norm_shape && (!bias.defined() || bias.sizes().vec() == norm_shape)) {
+    c10::optional<at::Tensor> b;
+    if (bias.defined()) b = bias;
+    std::tie(y, mean, inv_std) = at::native_layer_norm(x, norm_shape, scale, b, eps);
+    mean = mean.reshape(stat_shape);
+    inv_std = inv_std.reshape(stat_shape);
+  } else {
+    // Scale/B only broadcastable to the normalized shape: spell it out.
+    std::vector<int64_t> dims;
+    for (int64_t d = axis; d < rank; ++d) dims.push_back(d);
+    mean = x.mean(dims, true);
+    at::Tensor centred = x - mean;
+    inv_std = at::rsqrt((centred * centred).mean(dims, true) + eps);
+    y = centred * inv_std * scale;
+    if (bias.defined()) y = y + bias;
+  }
+  if (upcast) y = y.to(x0.scalar_type());
+  return fit_outputs(n, {y, mean, inv_std});
+}
+
+// ---- Pooling -------------------------------------------------------------------------------
+
+bool torch_can_pad(const ops::Window& w) {
+  if (!w.symmetric()) return false;
+  for (size_t i = 0; i < w.kernel.size(); ++i)
+    if (w.pads_begin[i] > w.kernel[i] / 2) return false;
+  return true;
+}
+
+at::Scalar lowest_value(const at::Tensor& x) {
+  switch (x.scalar_type()) {
+    case at::kByte: return 0;
+    case at::kChar: return std::numeric_limits<int8_t>::lowest();
+    case at::kShort: return std::numeric_limits<int16_t>::lowest();
+    case at::kInt: return std::numeric_limits<int32_t>::lowest();
+    case at::kLong: return std::numeric_limits<int64_t>::lowest();
+    default: return -std::numeric_limits<double>::infinity();
+  }
+}
+
+std::vector<int64_t> pool_kernel(const Node& n, const at::Tensor& x) {
+  PARE_CHECK(x.dim() >= 3 && x.dim() <= 5, n.describe(),
+             ": pooling needs X [N, C, spatial...] with 1 to 3 spatial dims, got ", x.sizes());
+  PARE_CHECK(n.has_attr("kernel_shape"), n.describe(), ": kernel_shape is required");
+  auto k = n.attr_ints("kernel_shape");
+  PARE_CHECK(static_cast<int64_t>(k.size()) == x.dim() - 2, n.describe(), ": kernel_shape has ",
+             k.size(), " values but X has ", x.dim() - 2, " spatial dims");
+  return k;
+}
+
+Tensors max_pool_forward(const Node& n, const Tensors& in, const RunContext&) {
+  const at::Tensor& x = in.at(0);
+  const auto kernel = pool_kernel(n, x);
+  const ops::Window w = ops::resolve_window(n, spatial_sizes(x), kernel);
+  const bool ceil_mode = n.attr_int("ceil_mode", 0) != 0;
+  const int64_t ns = x.dim() - 2;
+  at::Tensor src = x;
+  std::vector<int64_t> padding = w.pads_begin;
+  const bool native_pad = torch_can_pad(w);
+  if (!native_pad) {
+    src = ops::pad_spatial(x, w.pads_begin, w.pads_end, lowest_value(x));
+    padding.assign(kernel.size(), 0);
+  }
+  if (!wants_output(n, 1)) {
+    at::Tensor y;
+    if (ns == 1) y = at::max_pool1d(src, kernel, w.strides, padding, w.dilations, ceil_mode);
+    else if (ns == 2) y = at::max_pool2d(src, kernel, w.strides, padding, w.dilations, ceil_mode);
+    else y = at::max_pool3d(src, kernel, w.strides, padding, w.dilations, ceil_mode);
+    return fit_outputs(n, {y});
+  }
+  PARE_CHECK(native_pad && n.attr_int("storage_order", 0) == 0, n.describe(),
+             ": MaxPool Indices output needs symmetric pads of at most half the kernel and "
+             "storage_order 0");
+  at::Tensor y, idx;
+  if (ns == 1)
+    std::tie(y, idx) = at::max_pool1d_with_indices(src, kernel, w.strides, padding, w.dilations, ceil_mode);
+  else if (ns == 2)
+    std::tie(y, idx) = at::max_pool2d_with_indices(src, kernel, w.strides, padding, w.dilations, ceil_mode);
+  else
+    std::tie(y, idx) = at::max_pool3d_with_indices(src, kernel, w.strides, padding, w.dilations, ceil_mode);
+  // libtorch indexes within one (n, c) plane; ONNX flattens the whole tensor.
+  std::vector<int64_t> offset_shape = {x.size(0), x.size(1)};
+  offset_shape.resize(static_cast<size_t>(x.dim()), 1);
+  const int64_t plane = numel(spatial_sizes(x));
+  at::Tensor offset = at::arange(x.size(0) * x.size(1), idx.options()).reshape(offset_shape) * plane;
+  return fit_outputs(n, {y, idx + offset});
+}
+
+at::Tensor avg_pool_nd(const at::Tensor& x, const std::vector<int64_t>& k,
+                       const std::vector<int64_t>& s, const std::vector<int64_t>& p, bool ceil_mode,
+                       bool count_include_pad) {
+  switch (x.dim()) {
+    case 3: return at::avg_pool1d(x, k, s, p, ceil_mode, count_include_pad);
+    case 4: return at::avg_pool2d(x, k, s, p, ceil_mode, count_include_pad);
+    default: return at::avg_pool3d(x, k, s, p, ceil_mode, count_include_pad);
+  }
+}
+
+Tensors avg_pool_forward(const Node& n, const Tensors& in, const RunContext&) {
+  const at::Tensor& x = in.at(0);
+  const auto kernel = pool_kernel(n, x);
+  const ops::Window w = ops::resolve_window(n, spatial_sizes(x), kernel);
+  for (int64_t d : w.dilations)
+    PARE_CHECK(d == 1, n.describe(), ": AveragePool with dilations other than 1 is not supported");
+  const bool ceil_mode = n.attr_int("ceil_mode", 0) != 0;
+  const bool include_pad = n.attr_int("count_include_pad", 0) != 0;
+  if (torch_can_pad(w)) return {avg_pool_nd(x, kernel, w.strides, w.pads_begin, ceil_mode, include_pad)};
+  // Pads libtorch cannot take: pad with zeros, average over everything, and when the pads must
+  // not count divide by the average of a mask of real elements instead.
+  const std::vector<int64_t> zero(kernel.size(), 0);
+  at::Tensor y = avg_pool_nd(ops::pad_spatial(x, w.pads_begin, w.pads_end, 0), kernel, w.strides,
+                             zero, ceil_mode, true);
+  if (include_pad) return {y};
+  std::vector<int64_t> mask_shape = {1, 1};
+  for (int64_t s : spatial_sizes(x)) mask_shape.push_back(s);
+  at::Tensor mask = ops::pad_spatial(at::ones(mask_shape, x.options().requires_grad(false)),
+                                     w.pads_begin, w.pads_end, 0);
+  return {y / avg_pool_nd(mask, kernel, w.strides, zero, ceil_mode, true)};
+}
+
+int64_t pool_flops(const Node& n, const Sizes&, const Sizes& out) {
+  if (out.empty()) return 0;
+  return numel(out[0]) * numel(n.attr_ints("kernel_shape"));
+}
+
+// ---- Reduce* -------------------------------------------------------------------------------
+
+using ReduceFn = std::function<at::Tensor(const at::Tensor&, const std::vector<int64_t>&, bool)>;
+
+void add_reduce(OpRegistry& reg, const std::string& name, ReduceFn fn, std::string doc) {
+  OpDef d;
+  d.name = name;
+  d.inputs_max = 2;  // axes as an input: ReduceSum since opset 13, all Reduce* since opset 18
+  d.attrs = {spec_ints("axes"), spec_int("keepdims"), spec_int("noop_with_empty_axes")};
+  d.forward = [fn](const Node& n, const Tensors& in, const RunContext&) -> Tensors {
+    const at::Tensor& x = in.at(0);
+    const bool keep = n.attr_int("keepdims", 1) != 0;
+    std::vector<int64_t> axes = has_input(in, 1) ? to_int_vector(in[1]) : n.attr_ints("axes");
+    if (axes.empty()) {
+      if (n.attr_int("noop_with_empty_axes", 0) != 0) return {x};
+      for (int64_t d = 0; d < x.dim(); ++d) axes.push_back(d);
+    } else {
+      for (auto& a : axes) a = ops::normalize_axis(a, x.dim(), n, "axes");
+      std::sort(axes.begin(), axes.end());
+      axes.erase(std::unique(axes.begin(), axes.end()), axes.end());
+    }
+    return {fn(x, axes, keep)};
+  };
+  d.flops = flops_per_input(1);
+  d.doc = std::move(doc);
+  reg.add(std::move(d));
+}
+
+at::Tensor reduce_mean(const at::Tensor& x, const std::vector<int64_t>& dims, bool keep) {
+  if (x.is_floating_point()) return at::mean(x, dims, keep);
+  return at::mean(x.to(at::kDouble), dims, keep).to(x.scalar_type());
+}
+
+at::Tensor reduce_sum(const at::Tensor& x, const std::vector<int64_t>& dims, bool keep) {
+  return at::sum(x, dims, keep, x.scalar_type());  // ONNX keeps the element type
+}
+
+at::Tensor reduce_prod(const at::Tensor& x, const std::vector<int64_t>& dims, bool keep) {
+  at::Tensor y = x;
+  for (auto it = dims.rbegin(); it != dims.rend(); ++it) y = at::prod(y, *it, keep, x.scalar_type());
+  return y;
+}
+
+}  // namespace
+
+void register_nn_ops(OpRegistry& reg) {
+  {
+    OpDef d;
+    d.name = "Conv";
+    d.inputs_min = 2;
+    d.inputs_max = 3;
+    d.attrs = {spec_string("auto_pad"), spec_ints("dilations"), spec_int("group"),
+               spec_ints("kernel_shape"), spec_ints("pads"), spec_ints("strides")};
+    d.forward = conv_forward;
+    d.flops = conv_flops;
+    d.weight_inputs = {1, 2};
+    d.doc = "N-d convolution (1 to 3 spatial dims) with groups, dilations, strides and pads";
+    reg.add(std::move(d));
+  }
+  {
+    OpDef d;
+    d.name = "ConvTranspose";
+    d.inputs_min = 2;
+    d.inputs_max = 3;
+    d.attrs = {spec_string("auto_pad"), spec_ints("dilations"), spec_int("group"),
+               spec_ints("kernel_shape"), spec_ints("output_padding"), spec_ints("output_shape"),
+               spec_ints("pads"), spec_ints("strides")};
+    d.forward = conv_transpose_forward;
+    d.flops = conv_transpose_flops;
+    d.weight_inputs = {1, 2};
+    d.doc = "transposed convolution (W is [C, M/group, k...]) with output_padding/output_shape";
+    reg.add(std::move(d));
+  }
+  {
+    OpDef d;
+    d.name = "Gemm";
+    d.inputs_min = 2;
+    d.inputs_max = 3;
+    d.attrs = {spec_float("alpha"), spec_float("beta"), spec_int("transA"), spec_int("transB")};
+    d.forward = gemm_forward;
+    d.flops = gemm_flops;
+    d.weight_inputs = {1, 2};
+    d.doc = "alpha * A' @ B' + beta * C, A' = transA ? A^T : A (C optional, broadcast)";
+    reg.add(std::move(d));
+  }
+  {
+    OpDef d;
+    d.name = "MatMul";
+    d.inputs_min = d.inputs_max = 2;
+    d.forward = [](const Node&, const Tensors& in, const RunContext&) -> Tensors {
+      return {at::matmul(in.at(0), in.at(1))};
+    };
+    d.flops = matmul_flops;
+    d.weight_inputs = {0, 1};
+    d.doc = "numpy matmul: batched, with 1-D operands promoted and broadcast batch dims";
+    reg.add(std::move(d));
+  }
+  {
+    OpDef d;
+    d.name = "BatchNormalization";
+    d.inputs_min = d.inputs_max = 5;
+    d.outputs_max = 3;
+    d.attrs = {spec_float("epsilon"), spec_float("momentum"), spec_int("training_mode")};
+    d.forward = batch_norm_forward;
+    d.flops = flops_per_output(2);  // scale and shift once folded
+    d.weight_inputs = {1, 2};
+    d.state_inputs = {3, 4};
+    d.doc = "per-channel (X - mean) / sqrt(var + epsilon) * scale + B; training uses batch "
+            "statistics and updates the running ones (ONNX momentum: weight of the old value)";
+    reg.add(std::move(d));
+  }
+  {
+    OpDef d;
+    d.name = "LayerNormalization";
+    d.inputs_min = 2;
+    d.inputs_max = 3;
+    d.outputs_max = 3;
+    d.attrs = {spec_int("axis"), spec_float("epsilon"), spec_int("stash_type")};
+    d.forward = layer_norm_forward;
+    d.flops = flops_per_input(5);  // mean, centre, variance, normalise, affine
+    d.weight_inputs = {1, 2};
+    d.doc = "normalizes over dims [axis, rank) then scales and shifts (opset 17); optional Mean "
+            "and InvStdDev outputs";
+    reg.add(std::move(d));
+  }
+  {
+    OpDef d;
+    d.name = "MaxPool";
+    d.outputs_max = 2;
+    d.attrs = {spec_string("auto_pad"), spec_int("ceil_mode"), spec_ints("dilations"),
+               {"kernel_shape", AttrKind::kInts, true}, spec_ints("pads"),
+               spec_int("storage_order"), spec_ints("strides")};
+    d.forward = max_pool_forward;
+    d.flops = pool_flops;
+    d.doc = "max over sliding windows (pads count as -inf); optional flat Indices output";
+    reg.add(std::move(d));
+  }
+  {
+    OpDef d;
+    d.name = "AveragePool";
+    // dilations is opset 19; declared so such models load, and refused unless all ones.
+    d.attrs = {spec_string("auto_pad"), spec_int("ceil_mode"), spec_int("count_include_pad"),
+               spec_ints("dilations"), {"kernel_shape", AttrKind::kInts, true}, spec_ints("pads"),
+               spec_ints("strides")};
+    d.forward = avg_pool_forward;
+    d.flops = pool_flops;
+    d.doc = "mean over sliding windows; pads count only with count_include_pad=1";
+    reg.add(std::move(d));
+  }
+  {
+    OpDef d;
+    d.name = "GlobalAveragePool";
+    d.forward = [](const Node& n, const Tensors& in, const RunContext&) -> Tensors {
+      const at::Tensor& x = in.at(0);
+      PARE_CHECK(x.dim() >= 3, n.describe(), ": GlobalAveragePool needs X [N, C, spatial...], got ",
+                 x.sizes());
+      std::vector<int64_t> dims;
+      for (int64_t d = 2; d < x.dim(); ++d) dims.push_back(d);
+      return {x.mean(dims, true)};
+    };
+    d.flops = flops_per_input(1);
+    d.doc = "mean over all spatial dims, keeping them as size 1";
+    reg.add(std::move(d));
+  }
+  {
+    OpDef d;
+    d.name = "GlobalMaxPool";
+    d.forward = [](const Node& n, const Tensors& in, const RunContext&) -> Tensors {
+      const at::Tensor& x = in.at(0);
+      PARE_CHECK(x.dim() >= 3, n.describe(), ": GlobalMaxPool needs X [N, C, spatial...], got ",
+                 x.sizes());
+      std::vector<int64_t> dims;
+      for (int64_t d = 2; d < x.dim(); ++d) dims.push_back(d);
+      return {at::amax(x, dims, true)};
+    };
+    d.flops = flops_per_input(1);
+    d.doc = "max over all spatial dims, keeping them as size 1";
+    reg.add(std::move(d));
+  }
+  {
+    OpDef d;
+    d.name = "Flatten";
+    d.attrs = {spec_int("axis")};
+    d.forward = [](const Node& n, const Tensors& in, const RunContext&) -> Tensors {
+      const at::Tensor& x = in.at(0);
+      int64_t axis = n.attr_int("axis", 1);
+      PARE_CHECK(axis >= -x.dim() && axis <= x.dim(), n.describe(), ": Flatten axis must be in [",
+                 -x.dim(), ", ", x.dim(), "], got ", axis);
+      if (axis < 0) axis += x.dim();
+      int64_t outer = 1, inner = 1;
+      for (int64_t d = 0; d < x.dim(); ++d) (d < axis ? outer : inner) *= x.size(d);
+      return {x.reshape({outer, inner})};
+    };
+    d.flops = flops_per_output(0);
+    d.doc = "reshapes to 2-D [prod(dims[:axis]), prod(dims[axis:])] (axis default 1)";
+    reg.add(std::move(d));
+  }
+  {
+    OpDef d;
+    d.name = "Dropout";
+    d.inputs_max = 3;
+    d.outputs_max = 2;
+    d.attrs = {spec_int("seed"), spec_float("ratio")};  // ratio: attribute before opset 12
+    d.forward = [](const Node& n, const Tensors& in, const RunContext& ctx) -> Tensors {
+      const at::Tensor& x = in.at(0);
+      double ratio = n.attr_float("ratio", 0.5f);
+      if (has_input(in, 1)) ratio = in[1].item<double>();
+      PARE_CHECK(ratio >= 0.0 && ratio < 1.0, n.describe(), ": Dropout ratio must be in [0, 1), got ",
+                 ratio);
+      // The graph's training_mode input, when given, decides; otherwise the run context does.
+      const bool training = has_input(in, 2) ? in[2].ne(0).item<bool>() : ctx.training;
+      if (!training || ratio == 0.0) {
+        at::Tensor mask;
+        if (wants_output(n, 1)) mask = at::ones(x.sizes(), x.options().dtype(at::kBool));
+        return fit_outputs(n, {x, mask});
+      }
+      // Randomness comes from the global generator, which --seed sets; `seed` is ignored.
+      auto [y, mask] = at::native_dropout(x, ratio, true);
+      return fit_outputs(n, {y, mask});
+    };
+    d.flops = flops_per_output(0);
+    d.doc = "zeroes elements with probability ratio and scales the rest by 1/(1-ratio) when "
+            "training; identity otherwise";
+    reg.add(std::move(d));
+  }
+
+  add_reduce(reg, "ReduceMean", reduce_mean, "mean over `axes` (all when empty)");
+  add_reduce(reg, "ReduceSum", reduce_sum, "sum over `axes` (all when empty)");
+  add_reduce(reg, "ReduceMax",
+             [](const at::Tensor& x, const std::vector<int64_t>& d, bool k) { return at::amax(x, d, k); },
+             "maximum over `axes` (all when empty)");
+  add_reduce(reg, "ReduceMin",
+             [](const at::Tensor& x, const std::vector<int64_t>& d, bool k) { return at::amin(x, d, k); },
+             "minimum over `axes` (all when empty)");
+  add_reduce(reg, "ReduceProd", reduce_prod, "product over `axes` (all when empty)");
+  add_reduce(reg, "ReduceSumSquare",
+             [](const at::Tensor& x, const std::vector<int64_t>& d, bool k) {
+               return reduce_sum(x * x, d, k);
+             },
+             "sum of squares over `axes` (all when empty)");
+  add_reduce(reg, "ReduceL1",
+             [](const at::Tensor& x, const std::vector<int64_t>& d, bool k) {
+               return reduce_sum(at::abs(x), d, k);
+             },
+             "sum of absolute values over `axes` (all when empty)");
+  add_reduce(reg, "ReduceL2",
+             [](const at::Tensor& x, const std::vector<int64_t>& d, bool k) {
+               return at::sqrt(reduce_sum(x * x, d, k));
+             },
+             "Euclidean norm over `axes` (all when empty)");
+  add_reduce(reg, "ReduceLogSumExp",
+             [](const at::Tensor& x, const std::vector<int64_t>& d, bool k) {
+               return at::logsumexp(x, d, k);
+             },
+             "log(sum(exp(x))) over `axes` (all when empty)");
+}
+
+}  // namespace pare::core

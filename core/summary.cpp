@@ -1,0 +1,134 @@
+#include "core/summary.h"
+
+#include <cstdio>
+#include <sstream>
+
+#include "core/dtype.h"
+#include "core/op_registry.h"
+
+namespace pare::core {
+
+ModelSummary summarize(const Graph& g) {
+  ModelSummary s;
+  s.inputs = g.inputs;
+  s.outputs = g.outputs;
+  s.params = g.parameter_count();
+  s.bytes = g.initializer_bytes();
+  s.opset = g.opset;
+  s.nodes = static_cast<int64_t>(g.nodes.size());
+  s.metadata = g.metadata;
+  auto shapes = probe_shapes(g, 1);
+  const auto& reg = OpRegistry::global();
+  for (auto& n : g.nodes) {
+    s.op_histogram[n.op_type]++;
+    const OpDef& op = reg.get(n.op_type);
+    std::vector<std::vector<int64_t>> in, out;
+    for (auto& v : n.inputs) in.push_back(v.empty() || !shapes.count(v) ? std::vector<int64_t>{} : shapes[v]);
+    for (auto& v : n.outputs) out.push_back(v.empty() || !shapes.count(v) ? std::vector<int64_t>{} : shapes[v]);
+    int64_t flops = op.flops ? op.flops(n, in, out) : 0;
+    s.flops_per_sample += flops;
+    LayerSummary layer;
+    for (int i : op.weight_inputs) {
+      if (!n.has_input(i) || !g.is_initializer(n.inputs[i])) continue;
+      const at::Tensor& w = g.initializers.at(n.inputs[i]);
+      if (!at::isFloatingType(w.scalar_type()) || w.dim() == 0) continue;
+      if (layer.weight_shape.empty()) layer.weight_shape = w.sizes().vec();
+      layer.params += w.numel();
+      int64_t z = w.numel() - w.count_nonzero().item<int64_t>();
+      if (w.dim() >= 2) {  // sparsity is about weight matrices/kernels, not biases
+        layer.zeros += z;
+        layer.weight_elements += w.numel();
+        s.weight_elements += w.numel();
+        s.weight_zeros += z;
+      }
+    }
+    if (layer.params == 0) continue;
+    layer.name = n.name;
+    layer.op = n.op_type;
+    layer.flops = flops;
+    if (!out.empty()) layer.output_shape = out[0];
+    s.layers.push_back(layer);
+  }
+  return s;
+}
+
+namespace {
+nlohmann::json value_json(const ValueInfo& v) {
+  nlohmann::json shape = nlohmann::json::array();
+  for (auto& d : v.shape) {
+    if (d.is_fixed()) shape.push_back(d.value);
+    else shape.push_back(d.symbol.empty() ? "?" : d.symbol);
+  }
+  return {{"name", v.name}, {"dtype", dtype_name(v.dtype)}, {"shape", shape}};
+}
+
+std::string human(double v, const char* unit) {
+  const char* prefixes[] = {"", "K", "M", "G", "T"};
+  int i = 0;
+  while (v >= 1000 && i < 4) v /= 1000, ++i;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, i ? "%.2f %s%s" : "%.0f %s%s", v, prefixes[i], unit);
+  return buf;
+}
+
+std::string dims(const std::vector<int64_t>& v) {
+  std::string r = "[";
+  for (size_t i = 0; i < v.size(); ++i) r += (i ? "," : "") + std::to_string(v[i]);
+  return r + "]";
+}
+}  // namespace
+
+nlohmann::json to_json(const ModelSummary& s) {
+  nlohmann::json j;
+  j["inputs"] = nlohmann::json::array();
+  for (auto& v : s.inputs) j["inputs"].push_back(value_json(v));
+  j["outputs"] = nlohmann::json::array();
+  for (auto& v : s.outputs) j["outputs"].push_back(value_json(v));
+  j["parameters"] = s.params;
+  j["bytes"] = s.bytes;
+  j["flops_per_sample"] = s.flops_per_sample;
+  j["opset"] = s.opset;
+  j["nodes"] = s.nodes;
+  j["sparsity"] = s.sparsity();
+  j["op_histogram"] = s.op_histogram;
+  j["metadata"] = s.metadata;
+  j["layers"] = nlohmann::json::array();
+  for (auto& l : s.layers)
+    j["layers"].push_back({{"name", l.name}, {"op", l.op}, {"weight_shape", l.weight_shape},
+                           {"output_shape", l.output_shape}, {"parameters", l.params},
+                           {"flops", l.flops},
+                           {"sparsity", l.sparsity()}});
+  return j;
+}
+
+std::string to_text(const ModelSummary& s) {
+  std::ostringstream os;
+  for (auto& v : s.inputs)
+    os << "input   " << v.name << " " << dtype_name(v.dtype) << " " << shape_str(v.shape) << "\n";
+  for (auto& v : s.outputs)
+    os << "output  " << v.name << " " << dtype_name(v.dtype) << " " << shape_str(v.shape) << "\n";
+  os << "parameters  " << s.params << " (" << human(double(s.params), "") << ")\n";
+  os << "bytes       " << s.bytes << " (" << human(double(s.bytes), "B") << ")\n";
+  os << "FLOPs       " << human(double(s.flops_per_sample), "FLOP") << " per sample\n";
+  char sp[32];
+  std::snprintf(sp, sizeof sp, "%.2f%%", s.sparsity() * 100);
+  os << "sparsity    " << sp << " of weight elements are zero\n";
+  os << "opset       " << s.opset << ", " << s.nodes << " nodes\n";
+  os << "ops        ";
+  for (auto& [op, n] : s.op_histogram) os << " " << op << " x" << n;
+  os << "\n\n";
+  char line[256];
+  std::snprintf(line, sizeof line, "%-28s %-20s %-18s %-16s %12s %14s %9s\n", "layer", "op",
+                "weight", "output (N=1)", "params", "FLOPs", "sparsity");
+  os << line;
+  for (auto& l : s.layers) {
+    std::snprintf(line, sizeof line, "%-28s %-20s %-18s %-16s %12lld %14s %8.2f%%\n",
+                  l.name.substr(0, 28).c_str(), l.op.c_str(), dims(l.weight_shape).c_str(),
+                  dims(l.output_shape).c_str(), (long long)l.params,
+                  human(double(l.flops), "").c_str(), 100.0 * l.sparsity());
+    os << line;
+  }
+  return os.str();
+}
+
+}  // namespace pare::core

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Bad input exits 2 with a message naming the problem, and leaves no output file behind.
+source "$(dirname "$0")/lib.sh"
+make_npy_data "$work" 32
+"$PARE" train --model mlp:784-32-10 --data "npy:$work/x.npy,$work/y.npy" --epochs 1 --no-val --quiet \
+  --out "$work/good.onnx"
+
+# A truncated ONNX file.
+head -c 300 "$work/good.onnx" > "$work/trunc.onnx"
+expect_exit 2 "trunc.onnx" -- "$PARE" inspect "$work/trunc.onnx"
+expect_exit 2 "trunc.onnx" -- "$PARE" run "$work/trunc.onnx" --input "$work/x.npy" --output "$work/o1.npy"
+no_file "$work/o1.npy"
+
+# A node with an op pare does not know.
+"$PY" - "$work/good.onnx" "$work/unknown.onnx" <<'PYEOF'
+import sys, onnx
+m = onnx.load(sys.argv[1])
+m.graph.node[-1].op_type = "Frobnicate"
+onnx.save(m, sys.argv[2])
+PYEOF
+expect_exit 2 "unknown op 'Frobnicate'" -- "$PARE" inspect "$work/unknown.onnx"
+
+# An input of the wrong shape.
+"$PY" -c "import numpy as np; np.save('$work/bad_x.npy', np.zeros((2, 3, 28, 28), np.float32))"
+expect_exit 2 "input 'input' must have shape" -- "$PARE" run "$work/good.onnx" --input "$work/bad_x.npy" --output "$work/o2.npy"
+no_file "$work/o2.npy"
+# ... and an input that is not a .npy file at all.
+echo "not numpy" > "$work/junk.npy"
+expect_exit 2 "junk.npy" -- "$PARE" run "$work/good.onnx" --input "$work/junk.npy" --output "$work/o3.npy"
+no_file "$work/o3.npy"
+
+# A missing data file.
+expect_exit 2 "missing.npy" -- "$PARE" train --model mlp:784-32-10 --data "npy:$work/missing.npy,$work/y.npy" \
+  --epochs 1 --quiet --out "$work/o4.onnx"
+no_file "$work/o4.onnx"
+expect_exit 2 "fashion-mnist" -- "$PARE" eval "$work/good.onnx" --data "fashion-mnist:$work/nowhere"
+
+# A safetensors header that lies about sizes.
+"$PY" - "$work/lie.safetensors" <<'PYEOF'
+import sys, json, struct
+header = json.dumps({"w": {"dtype": "F32", "shape": [4, 4], "data_offsets": [0, 64]}}).encode()
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<Q", len(header)) + header + b"\0" * 16)  # 16 bytes, not 64
+PYEOF
+expect_exit 2 "lie.safetensors" -- "$PARE" inspect "$work/lie.safetensors"
+
+# Bad options.
+expect_exit 2 "epochs" -- "$PARE" train --model mlp:784-32-10 --data "npy:$work/x.npy,$work/y.npy" --epochs 0 --out "$work/o5.onnx"
+no_file "$work/o5.onnx"
+expect_exit 2 "nosuchmodel" -- "$PARE" inspect nosuchmodel
+expect_exit 2 "" -- "$PARE" train --no-such-flag
+expect_exit 2 "" -- "$PARE"
+finish

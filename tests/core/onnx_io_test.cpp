@@ -1,0 +1,463 @@
+#include "core/onnx_io.h"
+
+#include <gtest/gtest.h>
+#include <onnx/onnx_pb.h>
+#include <stdlib.h>
+#include <dirent.h>
+
+#include <cstring>
+#include <fstream>
+#include <functional>
+
+#include "core/error.h"
+#include "core/file_util.h"
+
+namespace pare::core {
+namespace {
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = ::testing::TempDir() + "pare_onnx_io_XXXXXX";
+    char* p = ::mkdtemp(tmpl.data());
+    EXPECT_NE(p, nullptr);
+    path_ = tmpl;
+  }
+  ~TempDir() { std::system(("rm -rf '" + path_ + "'").c_str()); }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+  std::vector<std::string> list() const {
+    std::vector<std::string> out;
+    if (DIR* d = ::opendir(path_.c_str())) {
+      while (dirent* e = ::readdir(d))
+        if (std::strcmp(e->d_name, ".") && std::strcmp(e->d_name, "..")) out.push_back(e->d_name);
+      ::closedir(d);
+    }
+    return out;
+  }
+
+ private:
+  std::string path_;
+};
+
+void write_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+::testing::AssertionResult bitwise_equal(const at::Tensor& a, const at::Tensor& b) {
+  if (a.scalar_type() != b.scalar_type())
+    return ::testing::AssertionFailure() << "dtype " << a.scalar_type() << " vs " << b.scalar_type();
+  if (a.sizes() != b.sizes()) return ::testing::AssertionFailure() << "sizes " << a.sizes() << " vs " << b.sizes();
+  at::Tensor ca = a.contiguous(), cb = b.contiguous();
+  if (ca.nbytes() && std::memcmp(ca.data_ptr(), cb.data_ptr(), ca.nbytes()) != 0)
+    return ::testing::AssertionFailure() << "bytes differ";
+  return ::testing::AssertionSuccess();
+}
+
+::testing::AssertionResult attr_equal(const AttrValue& a, const AttrValue& b) {
+  if (a.index() != b.index())
+    return ::testing::AssertionFailure() << "kind " << attr_kind_name(attr_kind(a)) << " vs "
+                                         << attr_kind_name(attr_kind(b));
+  bool same = false;
+  switch (attr_kind(a)) {
+    case AttrKind::kTensor: return bitwise_equal(std::get<at::Tensor>(a), std::get<at::Tensor>(b));
+    case AttrKind::kInt: same = std::get<int64_t>(a) == std::get<int64_t>(b); break;
+    case AttrKind::kFloat: same = std::get<float>(a) == std::get<float>(b); break;
+    case AttrKind::kString: same = std::get<std::string>(a) == std::get<std::string>(b); break;
+    case AttrKind::kInts: same = std::get<std::vector<int64_t>>(a) == std::get<std::vector<int64_t>>(b); break;
+    case AttrKind::kFloats: same = std::get<std::vector<float>>(a) == std::get<std::vector<float>>(b); break;
+    case AttrKind::kStrings:
+      same = std::get<std::vector<std::string>>(a) == std::get<std::vector<std::string>>(b);
+      break;
+  }
+  if (!same) return ::testing::AssertionFailure() << "values differ";
+  return ::testing::AssertionSuccess();
+}
+
+void expect_value_infos_equal(const std::vector<ValueInfo>& a, const std::vector<ValueInfo>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    SCOPED_TRACE(a[i].name);
+    EXPECT_EQ(a[i].name, b[i].name);
+    EXPECT_EQ(a[i].dtype, b[i].dtype);
+    EXPECT_EQ(a[i].has_shape, b[i].has_shape);
+    EXPECT_EQ(shape_str(a[i].shape), shape_str(b[i].shape));
+    EXPECT_TRUE(a[i].shape == b[i].shape);
+  }
+}
+
+void expect_graphs_equal(const Graph& a, const Graph& b) {
+  EXPECT_EQ(a.name, b.name);
+  EXPECT_EQ(a.opset, b.opset);
+  EXPECT_EQ(a.metadata, b.metadata);
+  EXPECT_EQ(a.doc, b.doc);
+  expect_value_infos_equal(a.inputs, b.inputs);
+  expect_value_infos_equal(a.outputs, b.outputs);
+  expect_value_infos_equal(a.value_info, b.value_info);
+  ASSERT_EQ(a.initializers.size(), b.initializers.size());
+  for (const auto& [name, t] : a.initializers) {
+    ASSERT_TRUE(b.initializers.count(name)) << name;
+    EXPECT_TRUE(bitwise_equal(t, b.initializers.at(name))) << name;
+  }
+  ASSERT_EQ(a.nodes.size(), b.nodes.size());
+  for (size_t i = 0; i < a.nodes.size(); ++i) {
+    const Node& x = a.nodes[i];
+    const Node& y = b.nodes[i];
+    SCOPED_TRACE(x.describe());
+    EXPECT_EQ(x.op_type, y.op_type);
+    EXPECT_EQ(x.name, y.name);
+    EXPECT_EQ(x.domain, y.domain);
+    EXPECT_EQ(x.inputs, y.inputs);
+    EXPECT_EQ(x.outputs, y.outputs);
+    ASSERT_EQ(x.attrs.size(), y.attrs.size());
+    for (const auto& [k, v] : x.attrs) {
+      ASSERT_TRUE(y.attrs.count(k)) << k;
+      EXPECT_TRUE(attr_equal(v, y.attrs.at(k))) << k;
+    }
+  }
+}
+
+// x [N,4] -> Gemm(transB) -> Relu -> y [N,3]
+Graph gemm_relu() {
+  at::manual_seed(0);
+  Graph g;
+  g.name = "tiny";
+  g.doc = "a Gemm and a Relu";
+  g.metadata = {{"author", "pare tests"}, {"task", "unit"}};
+  g.inputs.push_back({"x", at::kFloat, {Dim::sym("N"), 4}});
+  g.initializers["fc.weight"] = at::randn({3, 4});
+  g.initializers["fc.bias"] = at::randn({3});
+  g.add_node("Gemm", {"x", "fc.weight", "fc.bias"}, {"h"},
+             {{"transB", int64_t{1}}, {"alpha", 0.5f}, {"beta", 1.0f}}, "fc");
+  g.add_node("Relu", {"h"}, {"y"}, {}, "relu");
+  g.value_info.push_back({"h", at::kFloat, {Dim::sym("N"), 3}});
+  g.outputs.push_back({"y", at::kFloat, {Dim::sym("N"), 3}});
+  return g;
+}
+
+std::string message_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// ---------------------------------------------------------------------------------------------
+
+TEST(OnnxIo, RoundTripsGemmRelu) {
+  const Graph g = gemm_relu();
+  g.verify();
+  const std::string bytes = serialize_onnx(g);
+  const Graph back = parse_onnx(bytes, "tiny.onnx");
+  expect_graphs_equal(g, back);
+
+  onnx::ModelProto m;
+  ASSERT_TRUE(m.ParseFromString(bytes));
+  EXPECT_EQ(m.ir_version(), 8);
+  EXPECT_EQ(m.producer_name(), "pare");
+  ASSERT_EQ(m.opset_import_size(), 1);
+  EXPECT_EQ(m.opset_import(0).domain(), "");
+  EXPECT_EQ(m.opset_import(0).version(), 17);
+  EXPECT_EQ(m.graph().input(0).type().tensor_type().shape().dim(0).dim_param(), "N");
+  EXPECT_EQ(m.graph().input_size(), 1);  // initializers are not listed as inputs
+  for (const auto& t : m.graph().initializer()) EXPECT_TRUE(t.has_raw_data()) << t.name();
+}
+
+TEST(OnnxIo, RoundTripsEveryAttributeKind) {
+  Graph g;
+  g.inputs.push_back({"x", at::kFloat, {Dim::sym("batch"), Dim(), 2}});
+  g.outputs.push_back({"y", at::kFloat, {}, false});
+  g.add_node("AttrZoo", {"x", ""}, {"y"},
+             {{"i", int64_t{-7}},
+              {"f", 2.5f},
+              {"s", std::string("same\0bytes", 10)},
+              {"t", at::arange(6, at::kFloat).reshape({2, 3}).to(at::kHalf)},
+              {"t0", at::scalar_tensor(5, at::kLong)},
+              {"ints", std::vector<int64_t>{1, -2, 3}},
+              {"floats", std::vector<float>{0.25f, -1.0f}},
+              {"strings", std::vector<std::string>{"a", "", "c"}},
+              {"empty_ints", std::vector<int64_t>{}}},
+             "zoo")
+      .domain = "pare.test";
+  // Custom domains pass the checker; pare itself does not know the op, so skip verify().
+  const Graph back = parse_onnx(serialize_onnx(g), "attrs.onnx", OnnxLoadOptions().verify(false));
+  expect_graphs_equal(g, back);
+}
+
+TEST(OnnxIo, RoundTripsInitializersOfEveryDtype) {
+  Graph g = gemm_relu();
+  const at::ScalarType types[] = {at::kHalf, at::kBFloat16, at::kFloat, at::kDouble, at::kChar,
+                                  at::kByte, at::kShort,    at::kInt,   at::kLong,   at::kBool};
+  for (auto type : types) {
+    const std::string n = c10::toString(type);
+    g.initializers["m_" + n] = (at::randn({2, 3}) * 50).to(type);
+    g.initializers["s_" + n] = at::ones({}, type);
+    g.initializers["e_" + n] = at::zeros({0, 3}, type);
+  }
+  expect_graphs_equal(g, parse_onnx(serialize_onnx(g), "dtypes.onnx"));
+}
+
+// Builds a model proto by hand: typed data fields, weights listed as inputs, and other things
+// pare itself never writes.
+onnx::ModelProto hand_model() {
+  onnx::ModelProto m;
+  m.set_ir_version(6);
+  auto* op = m.add_opset_import();
+  op->set_domain("ai.onnx");
+  op->set_version(13);
+  auto* g = m.mutable_graph();
+  g->set_name("hand");
+  g->set_doc_string("graph doc");
+  auto add_input = [&](const std::string& name, int elem, std::vector<int64_t> dims) {
+    auto* vi = g->add_input();
+    vi->set_name(name);
+    auto* tt = vi->mutable_type()->mutable_tensor_type();
+    tt->set_elem_type(elem);
+    for (auto d : dims) tt->mutable_shape()->add_dim()->set_dim_value(d);
+  };
+  add_input("x", onnx::TensorProto::FLOAT, {2, 3});
+  add_input("w", onnx::TensorProto::FLOAT, {3});  // also an initializer
+  auto* w = g->add_initializer();
+  w->set_name("w");
+  w->set_data_type(onnx::TensorProto::FLOAT);
+  w->add_dims(3);
+  for (float v : {1.0f, -2.0f, 3.5f}) w->add_float_data(v);
+  auto* node = g->add_node();
+  node->set_op_type("Relu");
+  node->add_input("x");
+  node->add_output("y");
+  auto* out = g->add_output();
+  out->set_name("y");
+  auto* tt = out->mutable_type()->mutable_tensor_type();
+  tt->set_elem_type(onnx::TensorProto::FLOAT);
+  tt->mutable_shape()->add_dim()->set_dim_param("N");
+  tt->mutable_shape()->add_dim();  // unknown, unnamed
+  return m;
+}
+
+onnx::TensorProto* add_typed(onnx::ModelProto& m, const std::string& name, int type,
+                             std::vector<int64_t> dims) {
+  auto* t = m.mutable_graph()->add_initializer();
+  t->set_name(name);
+  t->set_data_type(type);
+  for (auto d : dims) t->add_dims(d);
+  return t;
+}
+
+TEST(OnnxIo, ReadsTypedDataFieldsAndDropsInitializersFromInputs) {
+  onnx::ModelProto m = hand_model();
+  auto* b = add_typed(m, "b", onnx::TensorProto::BOOL, {3});
+  for (int v : {1, 0, 1}) b->add_int32_data(v);
+  auto* i8 = add_typed(m, "i8", onnx::TensorProto::INT8, {2});
+  for (int v : {-3, 127}) i8->add_int32_data(v);
+  auto* u8 = add_typed(m, "u8", onnx::TensorProto::UINT8, {2});
+  for (int v : {255, 7}) u8->add_int32_data(v);
+  add_typed(m, "i16", onnx::TensorProto::INT16, {})->add_int32_data(-300);
+  auto* f16 = add_typed(m, "f16", onnx::TensorProto::FLOAT16, {2});
+  for (int v : {0x3C00, 0xC000}) f16->add_int32_data(v);  // 1.0, -2.0
+  add_typed(m, "bf16", onnx::TensorProto::BFLOAT16, {1})->add_int32_data(0x3F80);  // 1.0
+  auto* i64 = add_typed(m, "i64", onnx::TensorProto::INT64, {2});
+  for (int64_t v : {int64_t{1} << 40, int64_t{-1}}) i64->add_int64_data(v);
+  auto* f64 = add_typed(m, "f64", onnx::TensorProto::DOUBLE, {1, 2});
+  for (double v : {0.125, 1e300}) f64->add_double_data(v);
+  auto* i32 = add_typed(m, "i32", onnx::TensorProto::INT32, {2});
+  for (int v : {5, -6}) i32->add_int32_data(v);
+  add_typed(m, "empty", onnx::TensorProto::FLOAT, {0});
+  std::string bytes;
+  ASSERT_TRUE(m.SerializeToString(&bytes));
+  const Graph g = parse_onnx(bytes, "hand.onnx");
+
+  EXPECT_EQ(g.name, "hand");
+  EXPECT_EQ(g.doc, "graph doc");
+  EXPECT_EQ(g.opset, 13);
+  ASSERT_EQ(g.inputs.size(), 1u);
+  EXPECT_EQ(g.inputs[0].name, "x");
+  ASSERT_EQ(g.outputs.size(), 1u);
+  EXPECT_EQ(shape_str(g.outputs[0].shape), shape_str({Dim::sym("N"), Dim()}));
+  const auto& I = g.initializers;
+  EXPECT_TRUE(bitwise_equal(I.at("w"), at::tensor({1.0f, -2.0f, 3.5f})));
+  EXPECT_TRUE(bitwise_equal(I.at("b"), at::tensor({1, 0, 1}).to(at::kBool)));
+  EXPECT_TRUE(bitwise_equal(I.at("i8"), at::tensor({-3, 127}).to(at::kChar)));
+  EXPECT_TRUE(bitwise_equal(I.at("u8"), at::tensor({255, 7}).to(at::kByte)));
+  EXPECT_TRUE(bitwise_equal(I.at("i16"), at::scalar_tensor(-300, at::kShort)));
+  EXPECT_TRUE(bitwise_equal(I.at("f16"), at::tensor({1.0, -2.0}).to(at::kHalf)));
+  EXPECT_TRUE(bitwise_equal(I.at("bf16"), at::tensor({1.0}).to(at::kBFloat16)));
+  EXPECT_TRUE(bitwise_equal(I.at("i64"), at::tensor({int64_t{1} << 40, int64_t{-1}})));
+  EXPECT_TRUE(bitwise_equal(I.at("f64"), at::tensor({0.125, 1e300}, at::kDouble).reshape({1, 2})));
+  EXPECT_TRUE(bitwise_equal(I.at("i32"), at::tensor({5, -6}, at::kInt)));
+  EXPECT_TRUE(bitwise_equal(I.at("empty"), at::zeros({0})));
+}
+
+TEST(OnnxIo, RejectsDataThatDoesNotMatchTheShape) {
+  onnx::ModelProto m = hand_model();
+  add_typed(m, "short", onnx::TensorProto::FLOAT, {4})->add_float_data(1.0f);
+  add_typed(m, "raw", onnx::TensorProto::FLOAT, {1LL << 40, 1LL << 30})->set_raw_data("abcd");
+  add_typed(m, "str", onnx::TensorProto::STRING, {1})->add_string_data("s");
+  for (const char* bad : {"short", "raw", "str"}) {
+    onnx::ModelProto one = m;
+    auto* inits = one.mutable_graph()->mutable_initializer();
+    for (int i = inits->size() - 1; i >= 0; --i)
+      if (inits->Get(i).name() != bad && inits->Get(i).name() != "w") inits->DeleteSubrange(i, 1);
+    const std::string msg = message_of([&] { parse_onnx(one.SerializeAsString(), "bad.onnx"); });
+    EXPECT_NE(msg.find("'bad.onnx'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(std::string("'") + bad + "'"), std::string::npos) << msg;
+  }
+}
+
+TEST(OnnxIo, GraphAttributeIsRejectedNamingTheNode) {
+  onnx::ModelProto m = hand_model();
+  auto* node = m.mutable_graph()->add_node();
+  node->set_op_type("If");
+  node->set_name("branch");
+  node->add_input("x");
+  node->add_output("z");
+  auto* a = node->add_attribute();
+  a->set_name("then_branch");
+  a->set_type(onnx::AttributeProto::GRAPH);
+  a->mutable_g()->set_name("then");
+  EXPECT_THROW(parse_onnx(m.SerializeAsString(), "if.onnx"), InputError);
+  const std::string msg = message_of([&] { parse_onnx(m.SerializeAsString(), "if.onnx"); });
+  EXPECT_NE(msg.find("branch"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("control flow"), std::string::npos) << msg;
+}
+
+TEST(OnnxIo, UnknownOpThrowsInputErrorNamingIt) {
+  Graph g = gemm_relu();
+  g.nodes[1].op_type = "FancyActivation";
+  const std::string bytes = serialize_onnx(g, /*check=*/false);
+  EXPECT_THROW(parse_onnx(bytes, "fancy.onnx"), InputError);
+  const std::string msg = message_of([&] { parse_onnx(bytes, "fancy.onnx"); });
+  EXPECT_NE(msg.find("FancyActivation"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("fancy.onnx"), std::string::npos) << msg;
+  EXPECT_NO_THROW(parse_onnx(bytes, "fancy.onnx", OnnxLoadOptions().verify(false)));
+}
+
+TEST(OnnxIo, TruncatedOrGarbageFileThrowsInputErrorNamingIt) {
+  TempDir dir;
+  const std::string path = dir.file("m.onnx");
+  save_onnx(gemm_relu(), path);
+  const std::string full = read_file(path);
+  for (size_t keep : {full.size() - 1, full.size() / 2, full.size() / 3, size_t{7}, size_t{1}, size_t{0}}) {
+    SCOPED_TRACE(keep);
+    write_bytes(path, full.substr(0, keep));
+    try {
+      load_onnx(path);
+      ADD_FAILURE() << "expected InputError";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+    }
+  }
+  write_bytes(path, "\x93NUMPY this is not a model at all, just bytes\xff\xff\xff\xff");
+  EXPECT_THROW(load_onnx(path), InputError);
+  EXPECT_THROW(load_onnx(dir.file("missing.onnx")), InputError);
+}
+
+TEST(OnnxIo, SaveLoadRoundTripThroughAFile) {
+  TempDir dir;
+  const Graph g = gemm_relu();
+  save_onnx(g, dir.file("m.onnx"));
+  expect_graphs_equal(g, load_onnx(dir.file("m.onnx")));
+  EXPECT_EQ(dir.list(), std::vector<std::string>{"m.onnx"});  // no temporary left, no data file
+}
+
+TEST(OnnxIo, ExternalDataRoundTrip) {
+  TempDir dir;
+  Graph g = gemm_relu();
+  g.initializers["big"] = at::randn({32, 32});           // 4 KiB: goes external
+  g.initializers["big16"] = at::randn({40, 20}).to(at::kHalf);
+  const std::string path = dir.file("ext.onnx");
+  save_onnx(g, path, OnnxSaveOptions().external_data(true).external_threshold(1024));
+  ASSERT_TRUE(file_exists(path + ".data"));
+  EXPECT_EQ(read_file(path + ".data").size(), 32u * 32 * 4 + 40 * 20 * 2);
+
+  onnx::ModelProto m;
+  ASSERT_TRUE(m.ParseFromString(read_file(path)));
+  int external = 0;
+  for (const auto& t : m.graph().initializer()) {
+    if (t.data_location() != onnx::TensorProto::EXTERNAL) {
+      EXPECT_TRUE(t.has_raw_data()) << t.name();
+      continue;
+    }
+    ++external;
+    EXPECT_FALSE(t.has_raw_data());
+    std::map<std::string, std::string> kv;
+    for (const auto& e : t.external_data()) kv[e.key()] = e.value();
+    EXPECT_EQ(kv["location"], "ext.onnx.data");
+    EXPECT_TRUE(kv.count("offset") && kv.count("length")) << t.name();
+  }
+  EXPECT_EQ(external, 2);  // fc.weight (48 bytes) and fc.bias stay inline
+  expect_graphs_equal(g, load_onnx(path));
+
+  // Moved together, the model still finds its data relative to its own folder.
+  TempDir other;
+  std::rename(path.c_str(), other.file("moved.onnx").c_str());
+  std::rename((path + ".data").c_str(), other.file("ext.onnx.data").c_str());
+  expect_graphs_equal(g, load_onnx(other.file("moved.onnx")));
+
+  // A data file that is too short names the tensor and the file.
+  const std::string data = read_file(other.file("ext.onnx.data"));
+  write_bytes(other.file("ext.onnx.data"), data.substr(0, data.size() - 10));
+  const std::string msg = message_of([&] { load_onnx(other.file("moved.onnx")); });
+  EXPECT_NE(msg.find("ext.onnx.data"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("moved.onnx"), std::string::npos) << msg;
+  std::remove(other.file("ext.onnx.data").c_str());
+  EXPECT_THROW(load_onnx(other.file("moved.onnx")), InputError);
+}
+
+TEST(OnnxIo, ExternalDataMustStayInsideTheModelFolder) {
+  onnx::ModelProto m = hand_model();
+  auto* t = add_typed(m, "evil", onnx::TensorProto::FLOAT, {1});
+  t->set_data_location(onnx::TensorProto::EXTERNAL);
+  auto* e = t->add_external_data();
+  e->set_key("location");
+  e->set_value("../../etc/passwd");
+  const std::string msg = message_of([&] { parse_onnx(m.SerializeAsString(), "/tmp/x/evil.onnx"); });
+  EXPECT_NE(msg.find("'evil'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("relative path"), std::string::npos) << msg;
+}
+
+TEST(OnnxIo, SaveLeavesNoFileWhenTheCheckerRejects) {
+  TempDir dir;
+  Graph g = gemm_relu();
+  g.nodes[1].op_type = "NotAnOnnxOp";
+  const std::string path = dir.file("bad.onnx");
+  try {
+    save_onnx(g, path, OnnxSaveOptions().external_data(true).external_threshold(0));
+    FAIL() << "expected the checker to reject the model";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("NotAnOnnxOp"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(dir.list().empty());
+  EXPECT_THROW(serialize_onnx(g), Error);
+  EXPECT_NO_THROW(save_onnx(g, path, OnnxSaveOptions().check(false)));
+  EXPECT_TRUE(file_exists(path));
+}
+
+TEST(OnnxLoadModel, ReadsFilesAndZooSpecsAndExplainsAnythingElse) {
+  TempDir dir;
+  save_onnx(gemm_relu(), dir.file("m.onnx"));
+  EXPECT_EQ(load_model(dir.file("m.onnx")).nodes.size(), 2u);
+  const Graph mlp = load_model("mlp:784-30-10", 3);
+  EXPECT_FALSE(mlp.nodes.empty());
+
+  const std::string msg = message_of([&] { load_model(dir.file("nothing.onnx")); });
+  EXPECT_NE(msg.find("neither an ONNX file nor a zoo model"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("mlp:"), std::string::npos) << msg;
+  EXPECT_THROW(load_model("nothing-here"), InputError);
+}
+
+TEST(OnnxLoadModel, ZooModelsSurviveTheCheckerAndARoundTrip) {
+  TempDir dir;
+  for (const char* spec : {"mlp:784-30-10", "cnn"}) {
+    SCOPED_TRACE(spec);
+    const Graph g = load_model(spec, 1);
+    save_onnx(g, dir.file("z.onnx"));
+    expect_graphs_equal(g, load_onnx(dir.file("z.onnx")));
+  }
+}
+
+}  // namespace
+}  // namespace pare::core

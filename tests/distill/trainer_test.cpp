@@ -1,0 +1,71 @@
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "core/zoo.h"
+#include "distill/trainer.h"
+
+using namespace pare;
+
+namespace {
+// Two Gaussian blobs in 784-d, shaped like Fashion-MNIST images.
+core::TensorDataset blobs(int64_t n, uint64_t seed) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  at::Tensor y = at::randint(0, 2, {n}, gen, at::kLong);
+  at::Tensor x = at::randn({n, 1, 28, 28}, gen) * 0.5 + y.to(at::kFloat).view({n, 1, 1, 1});
+  return {x, y, "blobs"};
+}
+}  // namespace
+
+TEST(Trainer, LearnsSeparableData) {
+  auto train = blobs(512, 1), test = blobs(256, 2);
+  core::Module m(core::build_zoo_model("mlp:784-16-2", 0));
+  double before = distill::evaluate(m, test).accuracy;
+  distill::Trainer t(m, distill::TrainerOptions().epochs(2).batch_size(32).lr(1e-3).seed(1).progress(false));
+  auto history = t.fit(train, &test);
+  ASSERT_EQ(history.size(), 2u);
+  EXPECT_LT(history[1].train_loss, history[0].train_loss);
+  EXPECT_GT(history[1].val_accuracy, 0.95);
+  EXPECT_GT(history[1].val_accuracy, before);
+}
+
+TEST(Trainer, SameSeedSameWeights) {
+  auto train = blobs(128, 1);
+  auto run = [&] {
+    core::Module m(core::build_zoo_model("mlp:784-8-2", 5));
+    distill::Trainer(m, distill::TrainerOptions().epochs(1).batch_size(16).seed(7).progress(false))
+        .fit(train, nullptr);
+    return m.parameters()[0].detach().clone();
+  };
+  EXPECT_TRUE(at::equal(run(), run()));
+}
+
+TEST(Trainer, NonFiniteLossStopsTheRunNamingTheStep) {
+  auto train = blobs(64, 1);
+  train.x[3].fill_(std::numeric_limits<float>::infinity());
+  core::Module m(core::build_zoo_model("mlp:784-8-2", 0));
+  distill::Trainer t(m, distill::TrainerOptions().epochs(1).batch_size(64).progress(false));
+  try {
+    t.fit(train, nullptr);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("epoch 1"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Trainer, StepCallbacksSeeEveryStepAndMaxStepsStops) {
+  auto train = blobs(100, 1);
+  core::Module m(core::build_zoo_model("mlp:784-8-2", 0));
+  distill::Trainer t(m, distill::TrainerOptions().epochs(3).batch_size(10).max_steps(13).progress(false));
+  std::vector<int64_t> steps;
+  t.on_step([&](int64_t s, double) { steps.push_back(s); });
+  t.fit(train, nullptr);
+  ASSERT_EQ(steps.size(), 13u);
+  EXPECT_EQ(steps.front(), 1);
+  EXPECT_EQ(steps.back(), 13);
+}
+
+TEST(TrainerOptions, RejectsOutOfRangeValues) {
+  EXPECT_THROW(distill::TrainerOptions().epochs(0).validate(), InputError);
+  EXPECT_THROW(distill::TrainerOptions().lr(-1).validate(), InputError);
+  EXPECT_THROW(distill::TrainerOptions().optimizer("lbfgs").validate(), InputError);
+}

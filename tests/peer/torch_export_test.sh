@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Peer test: models exported by PyTorch's own ONNX exporter (torchvision resnet18 and mobilenet_v2,
+# an nn.TransformerEncoder text classifier, an MLP with LayerNorm and GELU) run in `pare run` and
+# give PyTorch's outputs, at batch sizes other than the one they were exported with.
+#
+# Env: PARE (the binary), PARE_SOURCE_DIR. Needs /usr/bin/python3 with torch and torchvision
+# (Debian python3-torch, python3-torchvision); exits 77 (skipped) without them.
+# PARE_PEER_MODELS=resnet18,transformer limits the run to some models.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+PARE=${PARE:?set PARE to the pare binary}
+PY=/usr/bin/python3
+ATOL=1e-4   # max |pare - torch| <= ATOL + RTOL * max|torch|
+RTOL=1e-4
+
+if ! "$PY" -c 'import torch, torchvision, numpy' 2>/dev/null; then
+  echo "SKIP: $PY cannot import torch, torchvision and numpy (apt-get install python3-torch python3-torchvision)"
+  exit 77
+fi
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/pare-torch-export.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+
+echo "== exporting with torch $("$PY" -c 'import torch; print(torch.__version__)') into $tmp"
+"$PY" "$here/export_models.py" "$tmp" --only "${PARE_PEER_MODELS:-}" >"$tmp/cases.txt"
+
+failures=()
+declare -A inspected=()
+while read -r name model input expected <&3; do
+  if [[ -z "${inspected[$name]:-}" ]]; then
+    inspected[$name]=1
+    rc=0
+    "$PARE" inspect "$model" --json >"$tmp/$name.inspect.json" 2>"$tmp/err.txt" || rc=$?
+    if ((rc == 0)) && "$PY" -c 'import json, sys; json.load(open(sys.argv[1]))' "$tmp/$name.inspect.json"; then
+      echo "ok   $name: pare inspect --json"
+    else
+      echo "FAIL $name: pare inspect $model --json (exit $rc): $(head -c 2000 "$tmp/err.txt")"
+      failures+=("$name inspect")
+    fi
+  fi
+  out="$tmp/$(basename "$input" .input.npy).pare.npy"
+  rc=0
+  "$PARE" run "$model" --input "$input" --output "$out" 2>"$tmp/err.txt" || rc=$?
+  if ((rc != 0)); then
+    echo "FAIL $name $(basename "$input"): pare run $model --input $input --output $out (exit $rc):"
+    head -c 2000 "$tmp/err.txt"; echo
+    failures+=("$name $(basename "$input") run")
+    continue
+  fi
+  if ! "$PY" "$here/peer_util.py" compare "$out" "$expected" --atol "$ATOL" --rtol "$RTOL" \
+         --label "$name $(basename "$input")"; then
+    failures+=("$name $(basename "$input") values")
+  fi
+done 3<"$tmp/cases.txt"
+
+if ((${#failures[@]})); then
+  echo "FAILED (${#failures[@]}): ${failures[*]}"
+  exit 1
+fi
+echo "PASSED: every PyTorch-exported model matches in pare run"
