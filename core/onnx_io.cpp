@@ -431,6 +431,15 @@ onnx::ModelProto model_from_graph(const Graph& g) {
 }
 
 void run_checker(const onnx::ModelProto& m, const std::string& what) {
+  // The checker's own words for this ("Field 'shape' of 'type' is required") name no value.
+  const auto& gp = m.graph();
+  for (const auto* list : {&gp.input(), &gp.output()})
+    for (const auto& vp : *list)
+      if (!vp.type().tensor_type().has_shape())
+        throw Error("the ONNX checker rejects " + what + ": graph " +
+                    (list == &gp.input() ? "input '" : "output '") + vp.name() +
+                    "' has no shape, which ONNX requires of graph inputs and outputs "
+                    "(core::infer_shapes fills them in)");
   try {
     onnx::checker::check_model(m);
   } catch (const std::exception& e) {  // onnx::checker::ValidationError, or onnx's runtime_error

@@ -536,6 +536,7 @@ std::map<std::string, at::Tensor> load_safetensors(const std::string& path,
 
 void save_safetensors(const std::map<std::string, at::Tensor>& tensors, const std::string& path,
                       const std::map<std::string, std::string>& metadata, int64_t max_shard_bytes) {
+  for (const auto& [name, t] : tensors) st_name(t.scalar_type(), name);  // before any shard is written
   const bool sharded = ends_with(path, ".index.json");
   PARE_CHECK(sharded || max_shard_bytes <= 0, "sharded safetensors need an index path ending in "
              "\".index.json\" (such as model.safetensors.index.json), got '", path, "'");

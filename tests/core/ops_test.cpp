@@ -47,6 +47,8 @@ at::Tensor floats(std::vector<float> v, std::vector<int64_t> shape = {}) {
 
 at::Tensor ints(std::vector<int64_t> v) { return at::tensor(at::ArrayRef<int64_t>(v), at::kLong); }
 
+at::Tensor bools(std::vector<int64_t> v) { return ints(std::move(v)).ne(0); }
+
 std::vector<int64_t> vec(const at::Tensor& t) { return to_int_vector(t); }
 
 void expect_close(const at::Tensor& got, const at::Tensor& want, double atol = 1e-5) {
@@ -65,7 +67,7 @@ constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
 
 // ---- registry ----------------------------------------------------------------------------
 
-TEST(OpRegistry, EveryOpHasForwardDocAndSaneArity) {
+TEST(CoreOps, EveryOpHasForwardDocAndSaneArity) {
   auto& reg = OpRegistry::global();
   auto names = reg.names();
   ASSERT_FALSE(names.empty());
@@ -86,7 +88,7 @@ TEST(OpRegistry, EveryOpHasForwardDocAndSaneArity) {
   }
 }
 
-TEST(OpRegistry, RegistersTheRequiredOps) {
+TEST(CoreOps, RegistersTheRequiredOps) {
   const char* required[] = {
       "Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "Relu", "Clip", "Erf", "Tanh", "Sigmoid",
       "Equal", "Where", "Cast", "Identity", "Neg", "Exp", "Log", "Abs", "Reciprocal", "Less",
@@ -98,7 +100,7 @@ TEST(OpRegistry, RegistersTheRequiredOps) {
   for (const char* name : required) EXPECT_NE(OpRegistry::global().find(name), nullptr) << name;
 }
 
-TEST(OpRegistry, DeclaresTheOnnxAttributes) {
+TEST(CoreOps, DeclaresTheOnnxAttributes) {
   auto& reg = OpRegistry::global();
   for (const char* a : {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"})
     EXPECT_NE(reg.get("Conv").find_attr(a), nullptr) << a;
@@ -111,7 +113,7 @@ TEST(OpRegistry, DeclaresTheOnnxAttributes) {
   EXPECT_EQ(reg.get("Gather").weight_inputs, (std::vector<int>{0}));
 }
 
-TEST(OpRegistry, GradientsFlowThroughTrainableOps) {
+TEST(CoreOps, GradientsFlowThroughTrainableOps) {
   at::manual_seed(0);
   {
     auto x = at::randn({2, 3, 5, 5}).requires_grad_();
@@ -206,7 +208,7 @@ TEST(Cast, ConvertsByOnnxTypeNumber) {
 }
 
 TEST(Where, SelectsWithBroadcasting) {
-  auto cond = at::tensor(at::ArrayRef<bool>({true, false, true})).reshape({1, 3});
+  auto cond = bools({1, 0, 1}).reshape({1, 3});
   auto x = floats({1, 2, 3, 4, 5, 6}, {2, 3});
   auto y = floats({-1});
   expect_close(run1(make_node("Where", 3), {cond, x, y}), floats({1, -1, 3, 4, -1, 6}, {2, 3}));
@@ -217,8 +219,8 @@ TEST(Elementwise, ComparisonsAndLogic) {
   EXPECT_EQ(vec(run1(make_node("Equal", 2), {a, b})), (std::vector<int64_t>{0, 1, 0}));
   EXPECT_EQ(vec(run1(make_node("Less", 2), {a, b})), (std::vector<int64_t>{1, 0, 0}));
   EXPECT_EQ(vec(run1(make_node("Greater", 2), {a, b})), (std::vector<int64_t>{0, 0, 1}));
-  auto t = at::tensor(at::ArrayRef<bool>({true, true, false, false}));
-  auto u = at::tensor(at::ArrayRef<bool>({true, false, true, false}));
+  auto t = bools({1, 1, 0, 0});
+  auto u = bools({1, 0, 1, 0});
   EXPECT_EQ(vec(run1(make_node("And", 2), {t, u})), (std::vector<int64_t>{1, 0, 0, 0}));
   EXPECT_EQ(vec(run1(make_node("Or", 2), {t, u})), (std::vector<int64_t>{1, 1, 1, 0}));
   EXPECT_EQ(vec(run1(make_node("Not", 1), {t})), (std::vector<int64_t>{0, 0, 1, 1}));

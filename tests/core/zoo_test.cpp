@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -87,6 +88,20 @@ TEST(Zoo, ParameterCountsMatchPyTorch) {
   // stage 2 51648, stage 3 205696, fc 650 (BatchNorm running statistics are buffers).
   Module m(build_zoo_model("resnet:3"));
   EXPECT_EQ(m.parameter_count(), 272186);
+  // conv 288+18432+36864, BN 64+128+128, fc 147712+2570
+  EXPECT_EQ(Module(build_zoo_model("cnn")).parameter_count(), 206186);
+}
+
+TEST(Zoo, TransformerWeightsAreParametersAndConstantsAreNot) {
+  Module m(build_zoo_model("transformer:vocab=30,d=16,heads=4,layers=2,classes=3,seq=6"));
+  // embeddings 30*16 + 6*16; per layer 4 projections (16*16+16), 2 LayerNorms (2*16),
+  // FFN 16*64+64 and 64*16+16; final LayerNorm 2*16; classifier 16*3+3.
+  EXPECT_EQ(m.parameter_count(), 480 + 96 + 2 * (4 * 272 + 64 + 1088 + 1040) + 32 + 51);
+  const auto& names = m.parameter_names();
+  for (const char* want : {"embed.weight", "pos_embed.weight", "layer1.attn.v.weight",
+                           "layer0.ffn.fc2.bias", "final_ln.weight", "classifier.weight"})
+    EXPECT_NE(std::find(names.begin(), names.end(), want), names.end()) << want;
+  for (const auto& n : names) EXPECT_NE(n.rfind("const.", 0), 0u) << n;
 }
 
 TEST(Zoo, InitialisationFollowsPyTorchDefaults) {
