@@ -6,64 +6,39 @@
 #include "cli/commands.h"
 #include "core/data.h"
 #include "core/error.h"
-#include "core/file_util.h"
 #include "core/module.h"
 #include "core/onnx_io.h"
-#include "distill/trainer.h"
 
 namespace pare::cli {
 
 void add_train(CLI::App& app, Action& action) {
   auto* cmd = app.add_subcommand("train", "Train a model with labels (how teachers are made)");
   struct Opts {
-    std::string model, data, out, metrics, normalize, val_split = "test";
-    int64_t epochs = 5, batch_size = 128, max_steps = 0, warmup = 0;
-    double lr = 1e-3, momentum = 0.9, weight_decay = 0;
-    std::string optimizer = "adam";
-    bool cosine = false, quiet = false, json = false, no_val = false;
-    uint64_t seed = 0;
+    std::string model, data, out, normalize, val_split = "test";
+    distill::TrainerOptions trainer = distill::TrainerOptions().batch_size(128).epochs(5);
+    bool quiet = false, json = false, no_val = false;
     int threads = 0;
   };
   auto o = std::make_shared<Opts>();
-  cmd->add_option("--model,-m", o->model, "Zoo spec (mlp:784-300-100-10, lenet5, cnn, resnet:N, transformer:...) or ONNX file")
+  cmd->add_option("--model,-m", o->model,
+                  "Zoo spec (mlp:784-300-100-10, lenet5, cnn, resnet:N, transformer:...) or ONNX file")
       ->required();
   cmd->add_option("--data,-d", o->data, "fashion-mnist[:DIR] or npy:X.npy,Y.npy")->required();
   cmd->add_option("--out,-o", o->out, "Where to write the trained model (.onnx)")->required();
-  cmd->add_option("--epochs", o->epochs, "Passes over the training set")->capture_default_str();
-  cmd->add_option("--batch-size,-b", o->batch_size, "Samples per step")->capture_default_str();
-  cmd->add_option("--lr", o->lr, "Learning rate")->capture_default_str();
-  cmd->add_option("--optimizer", o->optimizer, "adam, adamw or sgd")->capture_default_str();
-  cmd->add_option("--momentum", o->momentum, "SGD momentum")->capture_default_str();
-  cmd->add_option("--weight-decay", o->weight_decay, "Weight decay")->capture_default_str();
-  cmd->add_flag("--cosine", o->cosine, "Cosine learning-rate decay to 0");
-  cmd->add_option("--warmup-steps", o->warmup, "Linear learning-rate warmup steps")->capture_default_str();
-  cmd->add_option("--seed", o->seed, "Seed for weights, data order and dropout")->capture_default_str();
-  cmd->add_option("--max-steps", o->max_steps, "Stop after this many steps (0: no limit)");
+  add_trainer_options(cmd, o->trainer);
   cmd->add_option("--normalize", o->normalize, "MEAN,STD applied to inputs (recorded in the model's metadata)");
   cmd->add_option("--val-split", o->val_split, "Split evaluated after each epoch")->capture_default_str();
   cmd->add_flag("--no-val", o->no_val, "Skip evaluation after each epoch");
-  cmd->add_option("--metrics", o->metrics, "Write per-epoch metrics as JSON lines to this file");
   cmd->add_option("--threads", o->threads, "Intra-op threads (0: libtorch's default)");
   cmd->add_flag("--quiet,-q", o->quiet, "No progress output");
   cmd->add_flag("--json", o->json, "Print a JSON summary of the run on stdout");
   cmd->callback([&action, o] {
     action = [o] {
       set_threads(o->threads);
-      auto opts = distill::TrainerOptions()
-                      .epochs(o->epochs)
-                      .batch_size(o->batch_size)
-                      .lr(o->lr)
-                      .optimizer(o->optimizer)
-                      .momentum(o->momentum)
-                      .weight_decay(o->weight_decay)
-                      .cosine(o->cosine)
-                      .warmup_steps(o->warmup)
-                      .seed(o->seed)
-                      .max_steps(o->max_steps)
-                      .metrics_path(o->metrics)
-                      .progress(!o->quiet);
+      distill::TrainerOptions opts = o->trainer;
+      opts.progress(!o->quiet);
       opts.validate();
-      core::Graph g = core::load_model(o->model, o->seed);
+      core::Graph g = core::load_model(o->model, opts.seed_);
       core::TensorDataset train = core::load_dataset(o->data, "train");
       core::TensorDataset val;
       if (!o->no_val) val = core::load_dataset(o->data, o->val_split);
@@ -76,7 +51,7 @@ void add_train(CLI::App& app, Action& action) {
       if (!o->quiet)
         std::fprintf(stderr, "training %s (%lld parameters) on %s: %lld samples, %lld epochs\n",
                      o->model.c_str(), (long long)model.parameter_count(), train.name.c_str(),
-                     (long long)train.size(), (long long)o->epochs);
+                     (long long)train.size(), (long long)opts.epochs_);
       distill::Trainer trainer(model, opts);
       auto history = trainer.fit(train, o->no_val ? nullptr : &val);
       core::Graph trained = model.to_graph();
@@ -84,12 +59,11 @@ void add_train(CLI::App& app, Action& action) {
       core::save_onnx(trained, o->out);
       const auto& last = history.back();
       if (o->json) {
-        nlohmann::json j = {{"model", o->model}, {"out", o->out}, {"epochs", history.size()},
-                            {"train_loss", last.train_loss}, {"train_accuracy", last.train_accuracy},
-                            {"samples_per_s", last.samples_per_s}, {"seconds", 0.0}};
         double secs = 0;
         for (auto& h : history) secs += h.seconds;
-        j["seconds"] = secs;
+        nlohmann::json j = {{"model", o->model}, {"out", o->out}, {"epochs", history.size()},
+                            {"train_loss", last.train_loss}, {"train_accuracy", last.train_accuracy},
+                            {"samples_per_s", last.samples_per_s}, {"seconds", secs}};
         if (last.val_accuracy >= 0) {
           j["val_accuracy"] = last.val_accuracy;
           j["val_loss"] = last.val_loss;

@@ -7,6 +7,8 @@
 #include <functional>
 #include <string>
 
+#include "distill/trainer.h"
+
 namespace pare::cli {
 
 /// A subcommand's action; throws pare::Error (exit code from the error) on failure.
@@ -17,7 +19,11 @@ void add_run(CLI::App& app, Action& action);
 void add_train(CLI::App& app, Action& action);
 void add_eval(CLI::App& app, Action& action);
 
-/// Reads MEAN,STD / thread count and similar shared options.
+/// Sets libtorch's intra-op thread count (0 keeps its default).
 void set_threads(int threads);
+
+/// Adds the options of distill::TrainerOptions (epochs, lr, schedule, checkpoints, ...) to a
+/// command; train and distill share them.
+void add_trainer_options(CLI::App* cmd, distill::TrainerOptions& opts);
 
 }  // namespace pare::cli

@@ -11,4 +11,34 @@ void set_threads(int threads) {
   if (threads > 0) at::set_num_threads(threads);
 }
 
+void add_trainer_options(CLI::App* cmd, distill::TrainerOptions& o) {
+  auto g = "Training";
+  cmd->add_option("--epochs", o.epochs_, "Passes over the training set")->capture_default_str()->group(g);
+  cmd->add_option("--batch-size,-b", o.batch_size_, "Samples per step")->capture_default_str()->group(g);
+  cmd->add_option("--lr", o.lr_, "Peak learning rate")->capture_default_str()->group(g);
+  cmd->add_option("--optimizer", o.optimizer_, "adam, adamw or sgd")->capture_default_str()->group(g);
+  cmd->add_option("--momentum", o.momentum_, "SGD momentum")->capture_default_str()->group(g);
+  cmd->add_flag("--nesterov", o.nesterov_, "Nesterov momentum (SGD)")->group(g);
+  cmd->add_option("--weight-decay", o.weight_decay_, "Weight decay (not applied to biases and norms)")
+      ->capture_default_str()->group(g);
+  cmd->add_option("--schedule", o.schedule_, "Learning-rate schedule: constant, step or cosine")
+      ->capture_default_str()->group(g);
+  cmd->add_option("--step-epochs", o.step_epochs_, "step schedule: epochs between decays")->group(g);
+  cmd->add_option("--gamma", o.gamma_, "step schedule: decay factor")->group(g);
+  cmd->add_option("--warmup-steps", o.warmup_steps_, "Linear learning-rate warmup steps")->group(g);
+  cmd->add_option("--clip-grad-norm", o.clip_grad_norm_, "Clip the gradient norm (0: off)")->group(g);
+  cmd->add_option("--accumulate", o.accumulate_, "Batches per optimizer step")->group(g);
+  cmd->add_option("--seed", o.seed_, "Seed for weights, data order and dropout")->capture_default_str()->group(g);
+  cmd->add_option("--max-steps", o.max_steps_, "Stop after this many optimizer steps (0: no limit)")->group(g);
+  cmd->add_option("--patience", o.patience_, "Stop after this many epochs without a better validation accuracy")
+      ->group(g);
+  cmd->add_option("--keep-best", o.best_path_, "Write the best epoch's model (by validation accuracy) here")
+      ->group(g);
+  cmd->add_option("--metrics", o.metrics_path_, "Write per-epoch metrics as JSON lines to this file")->group(g);
+  cmd->add_option("--checkpoint", o.checkpoint_, "Checkpoint file, written at each epoch end (atomically)")
+      ->group(g);
+  cmd->add_option("--checkpoint-every", o.checkpoint_every_, "Also checkpoint every N steps")->group(g);
+  cmd->add_flag("--resume", o.resume_, "Continue from --checkpoint if it exists")->group(g);
+}
+
 }  // namespace pare::cli

@@ -1,6 +1,9 @@
 #include "distill/trainer.h"
 
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/nn/utils/clip_grad.h>
 #include <torch/optim.h>
+#include <torch/serialize.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -8,9 +11,11 @@
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "core/error.h"
 #include "core/file_util.h"
+#include "core/onnx_io.h"
 
 namespace pare::distill {
 
@@ -32,53 +37,64 @@ std::string format_eta(double s) {
 // not a terminal (logs get one line per epoch instead).
 class Progress {
  public:
-  explicit Progress(bool enabled) : tty_(enabled && ::isatty(2)) {}
-  void update(int64_t epoch, int64_t epochs, int64_t step, int64_t steps, double loss, double acc,
-              double rate) {
+  Progress(bool enabled, int64_t batch) : tty_(enabled && ::isatty(2)), batch_(batch) {}
+  void update(int64_t epoch, int64_t epochs, int64_t batch, int64_t batches, double loss,
+              double acc, double rate) {
     if (!tty_ || seconds_since(last_) < 0.1) return;
     last_ = Clock::now();
-    double eta = rate > 0 ? (steps - step) * (static_cast<double>(batch_) / rate) : 0;
-    int width = 24, done = steps ? static_cast<int>(width * step / steps) : 0;
+    double eta = rate > 0 ? (batches - batch) * (static_cast<double>(batch_) / rate) : 0;
+    int width = 24, done = batches ? static_cast<int>(width * batch / batches) : 0;
     std::fprintf(stderr, "\r\033[Kepoch %lld/%lld [%s%s] %lld/%lld loss %.4f acc %.2f%% %.0f samples/s ETA %s",
                  (long long)epoch, (long long)epochs, std::string(done, '#').c_str(),
-                 std::string(width - done, '.').c_str(), (long long)step, (long long)steps, loss,
+                 std::string(width - done, '.').c_str(), (long long)batch, (long long)batches, loss,
                  acc * 100, rate, format_eta(eta).c_str());
     std::fflush(stderr);
   }
-  void set_batch(int64_t b) { batch_ = b; }
   void clear() {
     if (tty_) std::fprintf(stderr, "\r\033[K");
   }
 
  private:
   bool tty_;
-  int64_t batch_ = 1;
+  int64_t batch_;
   Clock::time_point last_ = Clock::now() - std::chrono::seconds(1);
 };
-
-std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::vector<at::Tensor>& params,
-                                                        const TrainerOptions& o) {
-  if (o.optimizer_ == "sgd")
-    return std::make_unique<torch::optim::SGD>(
-        params, torch::optim::SGDOptions(o.lr_).momentum(o.momentum_).weight_decay(o.weight_decay_));
-  if (o.optimizer_ == "adamw")
-    return std::make_unique<torch::optim::AdamW>(
-        params, torch::optim::AdamWOptions(o.lr_).weight_decay(o.weight_decay_));
-  return std::make_unique<torch::optim::Adam>(
-      params, torch::optim::AdamOptions(o.lr_).weight_decay(o.weight_decay_));
-}
-
-void set_lr(torch::optim::Optimizer& opt, double lr) {
-  for (auto& group : opt.param_groups()) group.options().set_lr(lr);
-}
 
 void check_logits(const at::Tensor& logits, const at::Tensor& y, const std::string& where) {
   PARE_CHECK(logits.dim() == 2 && logits.size(0) == y.size(0), where,
              ": the model must output logits [N, classes] for N labels; got ", logits.sizes(),
              " for ", y.size(0), " labels");
-  int64_t lo = y.min().item<int64_t>(), hi = y.max().item<int64_t>();
+  int64_t hi = y.max().item<int64_t>(), lo = y.min().item<int64_t>();
   PARE_CHECK(lo >= 0 && hi < logits.size(1), where, ": labels must lie in [0, ", logits.size(1),
              ") for a model with ", logits.size(1), " classes; got labels up to ", hi);
+}
+
+nlohmann::json stats_json(const EpochStats& st) {
+  nlohmann::json j = {{"epoch", st.epoch}, {"steps", st.steps}, {"samples", st.samples},
+                      {"train_loss", st.train_loss}, {"train_accuracy", st.train_accuracy},
+                      {"seconds", st.seconds}, {"samples_per_s", st.samples_per_s}};
+  if (st.val_accuracy >= 0) {
+    j["val_loss"] = st.val_loss;
+    j["val_accuracy"] = st.val_accuracy;
+  }
+  for (auto& [k, v] : st.loss_parts) j["loss_" + k] = v;
+  return j;
+}
+
+EpochStats stats_from_json(const nlohmann::json& j) {
+  EpochStats st;
+  st.epoch = j.at("epoch");
+  st.steps = j.at("steps");
+  st.samples = j.at("samples");
+  st.train_loss = j.at("train_loss");
+  st.train_accuracy = j.at("train_accuracy");
+  st.seconds = j.at("seconds");
+  st.samples_per_s = j.at("samples_per_s");
+  st.val_loss = j.value("val_loss", -1.0);
+  st.val_accuracy = j.value("val_accuracy", -1.0);
+  for (auto& [k, v] : j.items())
+    if (k.rfind("loss_", 0) == 0) st.loss_parts[k.substr(5)] = v.get<double>();
+  return st;
 }
 
 }  // namespace
@@ -89,8 +105,18 @@ void TrainerOptions::validate() const {
   PARE_CHECK(lr_ > 0 && std::isfinite(lr_), "--lr must be a positive number, got ", lr_);
   PARE_CHECK(optimizer_ == "adam" || optimizer_ == "adamw" || optimizer_ == "sgd",
              "--optimizer must be adam, adamw or sgd, got '", optimizer_, "'");
+  PARE_CHECK(schedule_ == "constant" || schedule_ == "step" || schedule_ == "cosine",
+             "--schedule must be constant, step or cosine, got '", schedule_, "'");
   PARE_CHECK(weight_decay_ >= 0, "--weight-decay must be >= 0, got ", weight_decay_);
+  PARE_CHECK(momentum_ >= 0 && momentum_ < 1, "--momentum must lie in [0, 1), got ", momentum_);
   PARE_CHECK(max_steps_ >= 0, "--max-steps must be >= 0, got ", max_steps_);
+  PARE_CHECK(warmup_steps_ >= 0, "--warmup-steps must be >= 0, got ", warmup_steps_);
+  PARE_CHECK(step_epochs_ >= 1, "--step-epochs must be at least 1, got ", step_epochs_);
+  PARE_CHECK(accumulate_ >= 1, "--accumulate must be at least 1, got ", accumulate_);
+  PARE_CHECK(clip_grad_norm_ >= 0, "--clip-grad-norm must be >= 0, got ", clip_grad_norm_);
+  PARE_CHECK(checkpoint_every_ >= 0, "--checkpoint-every must be >= 0, got ", checkpoint_every_);
+  PARE_CHECK(!resume_ || !checkpoint_.empty(), "--resume needs --checkpoint FILE");
+  PARE_CHECK(patience_ >= 0, "--patience must be >= 0, got ", patience_);
 }
 
 EvalResult evaluate(core::Module& model, const core::TensorDataset& ds, int64_t batch_size) {
@@ -120,98 +146,270 @@ EvalResult evaluate(core::Module& model, const core::TensorDataset& ds, int64_t 
   return r;
 }
 
+// Where the run stands: everything a checkpoint must hold besides weights and optimizer state.
+struct Trainer::State {
+  int64_t epoch = 0, batch = 0, step = 0;  // next epoch / batch within it / optimizer steps done
+  int64_t samples = 0, correct = 0, epochs_since_best = 0;
+  double loss_sum = 0, best_val = -1, seconds = 0;
+  std::map<std::string, double> part_sums;
+  std::vector<EpochStats> history;
+};
+
 Trainer::Trainer(core::Module& model, TrainerOptions opts) : model_(model), opts_(std::move(opts)) {
   opts_.validate();
+  loss_fn_ = [](core::Module& m, const core::Batch& b) {
+    StepOutput out;
+    out.logits = m.forward({b.x})[0];
+    out.loss = at::cross_entropy_loss(out.logits, b.y);
+    return out;
+  };
+}
+
+void Trainer::set_loss(LossFn fn, std::vector<at::Tensor> extra) {
+  loss_fn_ = std::move(fn);
+  extra_ = std::move(extra);
+}
+
+void Trainer::make_optimizer() {
+  // Weight decay applies to matrices and kernels; biases, norms and other vectors are exempt.
+  std::vector<at::Tensor> decay, no_decay;
+  for (auto& p : model_.parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
+  for (auto& p : extra_) (p.dim() >= 2 ? decay : no_decay).push_back(p);
+  const auto& o = opts_;
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  auto add = [&](std::vector<at::Tensor> params, auto options) {
+    if (!params.empty())
+      groups.emplace_back(std::move(params), std::make_unique<decltype(options)>(options));
+  };
+  if (o.optimizer_ == "sgd") {
+    auto base = torch::optim::SGDOptions(o.lr_).momentum(o.momentum_).nesterov(o.nesterov_);
+    add(decay, torch::optim::SGDOptions(base).weight_decay(o.weight_decay_));
+    add(no_decay, torch::optim::SGDOptions(base).weight_decay(0));
+    optimizer_ = std::make_shared<torch::optim::SGD>(std::move(groups), base);
+  } else if (o.optimizer_ == "adamw") {
+    auto base = torch::optim::AdamWOptions(o.lr_);
+    add(decay, torch::optim::AdamWOptions(base).weight_decay(o.weight_decay_));
+    add(no_decay, torch::optim::AdamWOptions(base).weight_decay(0));
+    optimizer_ = std::make_shared<torch::optim::AdamW>(std::move(groups), base);
+  } else {
+    auto base = torch::optim::AdamOptions(o.lr_);
+    add(decay, torch::optim::AdamOptions(base).weight_decay(o.weight_decay_));
+    add(no_decay, torch::optim::AdamOptions(base).weight_decay(0));
+    optimizer_ = std::make_shared<torch::optim::Adam>(std::move(groups), base);
+  }
+}
+
+double Trainer::lr_at(int64_t step, int64_t total_steps, int64_t steps_per_epoch) const {
+  const auto& o = opts_;
+  if (step < o.warmup_steps_) return o.lr_ * static_cast<double>(step + 1) / o.warmup_steps_;
+  if (o.schedule_ == "cosine") {
+    double t = static_cast<double>(step - o.warmup_steps_) /
+               std::max<int64_t>(1, total_steps - o.warmup_steps_);
+    return o.lr_ * 0.5 * (1 + std::cos(M_PI * t));
+  }
+  if (o.schedule_ == "step")
+    return o.lr_ * std::pow(o.gamma_, static_cast<double>(step / std::max<int64_t>(1, steps_per_epoch) / o.step_epochs_));
+  return o.lr_;
+}
+
+void Trainer::save_checkpoint(const State& st) {
+  if (!writer_ || opts_.checkpoint_.empty()) return;
+  torch::serialize::OutputArchive archive;
+  for (auto& n : model_.parameter_names()) archive.write("model/" + n, model_.initializer(n));
+  for (auto& n : model_.buffer_names()) archive.write("model/" + n, model_.initializer(n), true);
+  for (size_t i = 0; i < extra_.size(); ++i) archive.write("extra/" + std::to_string(i), extra_[i]);
+  torch::serialize::OutputArchive optim;
+  optimizer_->save(optim);
+  archive.write("optimizer", optim);
+  archive.write("rng", at::detail::getDefaultCPUGenerator().get_state(), true);
+  nlohmann::json j = {{"epoch", st.epoch}, {"batch", st.batch}, {"step", st.step},
+                      {"samples", st.samples}, {"correct", st.correct},
+                      {"epochs_since_best", st.epochs_since_best}, {"loss_sum", st.loss_sum},
+                      {"best_val", st.best_val}, {"seconds", st.seconds},
+                      {"part_sums", st.part_sums}, {"history", nlohmann::json::array()},
+                      {"seed", opts_.seed_}, {"batch_size", opts_.batch_size_}};
+  for (auto& h : st.history) j["history"].push_back(stats_json(h));
+  archive.write("state", c10::IValue(j.dump()));
+  write_file_atomic(opts_.checkpoint_, [&](std::ostream& os) { archive.save_to(os); });
+}
+
+bool Trainer::load_checkpoint(State& st) {
+  const std::string& path = opts_.checkpoint_;
+  if (!opts_.resume_ || !file_exists(path)) return false;
+  torch::serialize::InputArchive archive;
+  try {
+    archive.load_from(path);
+    at::NoGradGuard no_grad;
+    auto restore = [&](const std::string& name, bool buffer) {
+      at::Tensor t;
+      archive.read("model/" + name, t, buffer);
+      at::Tensor dst = model_.initializer(name);
+      PARE_CHECK(t.sizes() == dst.sizes(), "'", path, "': tensor '", name, "' has shape ",
+                 t.sizes(), " in the checkpoint but ", dst.sizes(), " in the model");
+      dst.copy_(t);
+    };
+    for (auto& n : model_.parameter_names()) restore(n, false);
+    for (auto& n : model_.buffer_names()) restore(n, true);
+    for (size_t i = 0; i < extra_.size(); ++i) {
+      at::Tensor t;
+      archive.read("extra/" + std::to_string(i), t);
+      extra_[i].copy_(t);
+    }
+    torch::serialize::InputArchive optim;
+    archive.read("optimizer", optim);
+    optimizer_->load(optim);
+    at::Tensor rng;
+    archive.read("rng", rng, true);
+    at::Generator gen = at::detail::getDefaultCPUGenerator();
+    gen.set_state(rng);
+    c10::IValue state;
+    archive.read("state", state);
+    auto j = nlohmann::json::parse(state.toStringRef());
+    PARE_CHECK(j.at("seed").get<uint64_t>() == opts_.seed_ && j.at("batch_size").get<int64_t>() == opts_.batch_size_,
+               "'", path, "' was written by a run with --seed ", j.at("seed").get<uint64_t>(),
+               " and --batch-size ", j.at("batch_size").get<int64_t>(), "; resume with the same options");
+    st.epoch = j.at("epoch");
+    st.batch = j.at("batch");
+    st.step = j.at("step");
+    st.samples = j.at("samples");
+    st.correct = j.at("correct");
+    st.epochs_since_best = j.at("epochs_since_best");
+    st.loss_sum = j.at("loss_sum");
+    st.best_val = j.at("best_val");
+    st.seconds = j.at("seconds");
+    st.part_sums = j.at("part_sums").get<std::map<std::string, double>>();
+    for (auto& h : j.at("history")) st.history.push_back(stats_from_json(h));
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    throw InputError("cannot resume from '" + path + "': " + what.substr(0, what.find('\n')));
+  }
+  return true;
 }
 
 std::vector<EpochStats> Trainer::fit(const core::TensorDataset& train, const core::TensorDataset* val) {
   at::manual_seed(opts_.seed_);
-  auto optimizer = make_optimizer(model_.parameters(), opts_);
-  core::DataLoader loader(train, core::LoaderOptions()
-                                     .batch_size(opts_.batch_size_)
-                                     .shuffle(true)
-                                     .seed(opts_.seed_)
-                                     .drop_last(false)
-                                     .prefetch(2));
-  const int64_t steps_per_epoch = loader.batches_per_epoch();
+  make_optimizer();
+  auto loader_opts = core::LoaderOptions()
+                         .batch_size(opts_.batch_size_)
+                         .shuffle(true)
+                         .seed(opts_.seed_)
+                         .prefetch(2);
+  if (sampler_) loader_opts.sampler(sampler_);
+  core::DataLoader loader(train, loader_opts);
+  const int64_t batches = loader.batches_per_epoch();
+  const int64_t steps_per_epoch = (batches + opts_.accumulate_ - 1) / opts_.accumulate_;
   int64_t total_steps = steps_per_epoch * opts_.epochs_;
   if (opts_.max_steps_ > 0) total_steps = std::min(total_steps, opts_.max_steps_);
-  Progress progress(opts_.progress_);
-  progress.set_batch(opts_.batch_size_);
-  std::vector<EpochStats> history;
-  std::string metrics;
-  int64_t step = 0;
 
-  for (int64_t epoch = 0; epoch < opts_.epochs_ && step < total_steps; ++epoch) {
+  State st;
+  if (load_checkpoint(st) && opts_.progress_)
+    std::fprintf(stderr, "resuming from %s: epoch %lld, batch %lld, step %lld\n",
+                 opts_.checkpoint_.c_str(), (long long)st.epoch + 1, (long long)st.batch,
+                 (long long)st.step);
+  std::string metrics;
+  for (auto& h : st.history) metrics += stats_json(h).dump() + "\n";
+  Progress progress(opts_.progress_, opts_.batch_size_);
+  std::vector<at::Tensor> params = model_.parameters();
+  params.insert(params.end(), extra_.begin(), extra_.end());
+
+  for (; st.epoch < opts_.epochs_ && st.step < total_steps; ++st.epoch, st.batch = 0) {
     model_.train();
-    loader.start_epoch(epoch);
-    EpochStats st;
-    st.epoch = epoch + 1;
+    loader.start_epoch(st.epoch, st.batch);
     auto t0 = Clock::now();
-    double loss_sum = 0;
-    int64_t correct = 0;
+    const double seconds_before = st.seconds;
+    const int64_t samples_before = st.samples;
     core::Batch b;
-    while (step < total_steps && loader.next(b)) {
-      if (opts_.cosine_ || opts_.warmup_steps_ > 0) {
-        double lr = opts_.lr_;
-        if (step < opts_.warmup_steps_) lr *= static_cast<double>(step + 1) / opts_.warmup_steps_;
-        else if (opts_.cosine_)
-          lr *= 0.5 * (1 + std::cos(M_PI * (step - opts_.warmup_steps_) /
-                                    std::max<int64_t>(1, total_steps - opts_.warmup_steps_)));
-        set_lr(*optimizer, lr);
+    while (st.step < total_steps && loader.next(b)) {
+      const bool first_micro = st.batch % opts_.accumulate_ == 0;
+      if (first_micro) {
+        optimizer_->zero_grad();
+        double lr = lr_at(st.step, total_steps, steps_per_epoch);
+        for (auto& group : optimizer_->param_groups()) group.options().set_lr(lr);
       }
-      at::Tensor logits = model_.forward({b.x})[0];
-      if (step == 0) check_logits(logits, b.y, "training on '" + train.name + "'");
-      at::Tensor loss = at::cross_entropy_loss(logits, b.y);
-      // On the CPU reading the loss costs nothing: check every step, before the update.
-      double l = loss.item<double>();
+      StepOutput out = loss_fn_(model_, b);
+      if (st.step == 0 && st.batch == 0) check_logits(out.logits, b.y, "training on '" + train.name + "'");
+      // On the CPU reading the loss costs nothing: check every batch, before any update.
+      const double l = out.loss.item<double>();
       if (!std::isfinite(l))
         throw Error("training diverged: the loss is " + std::to_string(l) + " at step " +
-                    std::to_string(step + 1) + " (epoch " + std::to_string(epoch + 1) +
-                    "); lower --lr or check the data for NaN/Inf");
-      optimizer->zero_grad();
-      loss.backward();
-      optimizer->step();
-      ++step;
-      ++st.steps;
+                    std::to_string(st.step + 1) + " (epoch " + std::to_string(st.epoch + 1) +
+                    "); lower --lr or check the data for NaN/Inf" +
+                    (opts_.checkpoint_.empty() ? "" : "; '" + opts_.checkpoint_ + "' holds the last good state"));
+      (opts_.accumulate_ > 1 ? out.loss / static_cast<double>(opts_.accumulate_) : out.loss).backward();
+      ++st.batch;
       const int64_t n = b.y.size(0);
       st.samples += n;
-      loss_sum += l * n;
-      correct += logits.detach().argmax(1).eq(b.y).sum().item<int64_t>();
-      for (auto& cb : step_cbs_) cb(step, l);
-      progress.update(epoch + 1, opts_.epochs_, st.steps, steps_per_epoch, loss_sum / st.samples,
-                      static_cast<double>(correct) / st.samples,
-                      st.samples / std::max(1e-9, seconds_since(t0)));
+      st.loss_sum += l * n;
+      st.correct += out.logits.detach().argmax(1).eq(b.y).sum().item<int64_t>();
+      for (auto& [k, v] : out.parts) st.part_sums[k] += v * n;
+      if (st.batch % opts_.accumulate_ != 0 && st.batch != batches) continue;
+
+      for (auto& cb : after_backward_cbs_) cb();
+      if (opts_.clip_grad_norm_ > 0) torch::nn::utils::clip_grad_norm_(params, opts_.clip_grad_norm_);
+      optimizer_->step();
+      ++st.step;
+      for (auto& cb : step_cbs_) cb(st.step, l);
+      progress.update(st.epoch + 1, opts_.epochs_, st.batch, batches, st.loss_sum / st.samples,
+                      static_cast<double>(st.correct) / st.samples,
+                      (st.samples - samples_before) / std::max(1e-9, seconds_since(t0)));
+      if (opts_.checkpoint_every_ > 0 && st.step % opts_.checkpoint_every_ == 0 && st.batch != batches) {
+        st.seconds = seconds_before + seconds_since(t0);
+        save_checkpoint(st);
+      }
     }
-    st.seconds = seconds_since(t0);
-    st.train_loss = loss_sum / std::max<int64_t>(1, st.samples);
-    st.train_accuracy = static_cast<double>(correct) / std::max<int64_t>(1, st.samples);
-    st.samples_per_s = st.samples / std::max(1e-9, st.seconds);
+    EpochStats es;
+    es.epoch = st.epoch + 1;
+    es.steps = st.step;
+    es.samples = st.samples;
+    es.seconds = seconds_before + seconds_since(t0);
+    es.train_loss = st.loss_sum / std::max<int64_t>(1, st.samples);
+    es.train_accuracy = static_cast<double>(st.correct) / std::max<int64_t>(1, st.samples);
+    es.samples_per_s = (st.samples - samples_before) / std::max(1e-9, seconds_since(t0));
+    for (auto& [k, v] : st.part_sums) es.loss_parts[k] = v / std::max<int64_t>(1, st.samples);
     if (val) {
       auto r = evaluate(model_, *val, opts_.eval_batch_size_);
-      st.val_loss = r.loss;
-      st.val_accuracy = r.accuracy;
+      es.val_loss = r.loss;
+      es.val_accuracy = r.accuracy;
     }
     progress.clear();
     if (opts_.progress_) {
-      std::fprintf(stderr, "epoch %lld/%lld: loss %.4f acc %.2f%%", (long long)st.epoch,
-                   (long long)opts_.epochs_, st.train_loss, st.train_accuracy * 100);
-      if (val) std::fprintf(stderr, " | val loss %.4f acc %.2f%%", st.val_loss, st.val_accuracy * 100);
-      std::fprintf(stderr, " | %.0f samples/s, %.1f s\n", st.samples_per_s, st.seconds);
+      std::fprintf(stderr, "epoch %lld/%lld: loss %.4f acc %.2f%%", (long long)es.epoch,
+                   (long long)opts_.epochs_, es.train_loss, es.train_accuracy * 100);
+      if (val) std::fprintf(stderr, " | val loss %.4f acc %.2f%%", es.val_loss, es.val_accuracy * 100);
+      std::fprintf(stderr, " | %.0f samples/s, %.1f s\n", es.samples_per_s, es.seconds);
     }
-    nlohmann::json j = {{"epoch", st.epoch}, {"steps", step}, {"train_loss", st.train_loss},
-                        {"train_accuracy", st.train_accuracy}, {"samples", st.samples},
-                        {"seconds", st.seconds}, {"samples_per_s", st.samples_per_s}};
+    st.history.push_back(es);
+    metrics += stats_json(es).dump() + "\n";
+    if (writer_ && !opts_.metrics_path_.empty()) write_file_atomic(opts_.metrics_path_, metrics);
+    bool stop = false;
     if (val) {
-      j["val_loss"] = st.val_loss;
-      j["val_accuracy"] = st.val_accuracy;
+      if (es.val_accuracy > st.best_val) {
+        st.best_val = es.val_accuracy;
+        st.epochs_since_best = 0;
+        if (writer_ && !opts_.best_path_.empty()) core::save_onnx(model_.to_graph(), opts_.best_path_);
+      } else if (opts_.patience_ > 0 && ++st.epochs_since_best >= opts_.patience_) {
+        stop = true;
+      }
     }
-    metrics += j.dump() + "\n";
-    if (!opts_.metrics_path_.empty()) write_file_atomic(opts_.metrics_path_, metrics);
-    for (auto& cb : epoch_cbs_) cb(st);
-    history.push_back(st);
+    for (auto& cb : epoch_cbs_) cb(es);
+    st.samples = st.correct = 0;
+    st.loss_sum = st.seconds = 0;
+    st.part_sums.clear();
+    // The epoch-end checkpoint points at the start of the next epoch.
+    State next = st;
+    ++next.epoch;
+    next.batch = 0;
+    save_checkpoint(next);
+    if (stop) {
+      if (opts_.progress_)
+        std::fprintf(stderr, "early stop: no better validation accuracy for %lld epochs (best %.2f%%)\n",
+                     (long long)opts_.patience_, st.best_val * 100);
+      break;
+    }
   }
-  return history;
+  return st.history;
 }
 
 }  // namespace pare::distill

@@ -1,8 +1,11 @@
-// distill::Trainer: the training loop every pare job runs (supervised training now; the
-// distillation losses, checkpoints and distributed hooks plug into the same loop).
+// distill::Trainer: the training loop every pare job runs. Supervised training uses the default
+// loss (cross entropy); distillation hands in its own loss through set_loss(). Pruning and QAT
+// schedules plug in through on_step / on_epoch callbacks, the distributed layer through
+// on_after_backward (gradient sync), a sampler and writer(false) on ranks that must not write.
 //
 //   core::Module student(core::load_model("mlp:784-300-100-10", 1));
-//   distill::Trainer trainer(student, distill::TrainerOptions().epochs(5).lr(1e-3).seed(1));
+//   distill::Trainer trainer(student, distill::TrainerOptions().epochs(5).lr(1e-3).seed(1)
+//                                         .checkpoint("run.ckpt"));
 //   auto history = trainer.fit(train_set, &test_set);
 #pragma once
 
@@ -10,11 +13,17 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/data.h"
 #include "core/module.h"
+
+namespace torch::optim {
+class Optimizer;
+}
 
 namespace pare::distill {
 
@@ -25,10 +34,19 @@ struct TrainerOptions {
   /// "adam", "adamw" or "sgd".
   TrainerOptions& optimizer(std::string v) { optimizer_ = std::move(v); return *this; }
   TrainerOptions& momentum(double v) { momentum_ = v; return *this; }
+  TrainerOptions& nesterov(bool v) { nesterov_ = v; return *this; }
+  /// Weight decay, applied to weight matrices and kernels only (never to biases and norms).
   TrainerOptions& weight_decay(double v) { weight_decay_ = v; return *this; }
-  /// Cosine decay of the learning rate to 0 over the run (after `warmup_steps` of linear warmup).
-  TrainerOptions& cosine(bool v) { cosine_ = v; return *this; }
+  /// Learning-rate schedule: "constant", "step" (times `gamma` every `step_epochs` epochs) or
+  /// "cosine" (to 0 over the run); `warmup_steps` of linear warmup come first.
+  TrainerOptions& schedule(std::string v) { schedule_ = std::move(v); return *this; }
+  TrainerOptions& step_epochs(int64_t v) { step_epochs_ = v; return *this; }
+  TrainerOptions& gamma(double v) { gamma_ = v; return *this; }
   TrainerOptions& warmup_steps(int64_t v) { warmup_steps_ = v; return *this; }
+  /// Clip the global gradient norm to this value (0: no clipping).
+  TrainerOptions& clip_grad_norm(double v) { clip_grad_norm_ = v; return *this; }
+  /// Accumulate gradients over this many batches per optimizer step.
+  TrainerOptions& accumulate(int64_t v) { accumulate_ = v; return *this; }
   TrainerOptions& seed(uint64_t v) { seed_ = v; return *this; }
   /// Stop after this many optimizer steps in total (0: no limit); used by benchmarks.
   TrainerOptions& max_steps(int64_t v) { max_steps_ = v; return *this; }
@@ -37,11 +55,23 @@ struct TrainerOptions {
   /// Progress bar on stderr (only drawn when stderr is a terminal; otherwise a line per epoch).
   TrainerOptions& progress(bool v) { progress_ = v; return *this; }
   TrainerOptions& eval_batch_size(int64_t v) { eval_batch_size_ = v; return *this; }
+  /// Checkpoint file (model, optimizer, RNG and data-order state), written atomically at the end
+  /// of each epoch and every `checkpoint_every` steps (0: epochs only). "" for none.
+  TrainerOptions& checkpoint(std::string v) { checkpoint_ = std::move(v); return *this; }
+  TrainerOptions& checkpoint_every(int64_t v) { checkpoint_every_ = v; return *this; }
+  /// Continue from the checkpoint file if it exists: on the CPU the result is bit-for-bit that
+  /// of an uninterrupted run.
+  TrainerOptions& resume(bool v) { resume_ = v; return *this; }
+  /// Stop when validation accuracy has not improved for this many epochs (0: never).
+  TrainerOptions& patience(int64_t v) { patience_ = v; return *this; }
+  /// Write the model of the epoch with the best validation accuracy to this ONNX file.
+  TrainerOptions& best_path(std::string v) { best_path_ = std::move(v); return *this; }
 
   int64_t epochs_ = 1, batch_size_ = 64, warmup_steps_ = 0, max_steps_ = 0, eval_batch_size_ = 512;
-  double lr_ = 1e-3, momentum_ = 0.9, weight_decay_ = 0.0;
-  std::string optimizer_ = "adam", metrics_path_;
-  bool cosine_ = false, progress_ = true;
+  int64_t step_epochs_ = 30, accumulate_ = 1, checkpoint_every_ = 0, patience_ = 0;
+  double lr_ = 1e-3, momentum_ = 0.9, weight_decay_ = 0.0, gamma_ = 0.1, clip_grad_norm_ = 0;
+  std::string optimizer_ = "adam", schedule_ = "constant", metrics_path_, checkpoint_, best_path_;
+  bool nesterov_ = false, progress_ = true, resume_ = false;
   uint64_t seed_ = 0;
 
   /// Throws InputError naming the option when a value is out of range.
@@ -53,6 +83,7 @@ struct EpochStats {
   int64_t epoch = 0, steps = 0, samples = 0;
   double train_loss = 0, train_accuracy = 0, seconds = 0, samples_per_s = 0;
   double val_loss = -1, val_accuracy = -1;  ///< -1 when there was no validation set
+  std::map<std::string, double> loss_parts;  ///< mean of each named loss term (distillation)
 };
 
 /// Accuracy and mean cross-entropy of a classifier over a dataset.
@@ -65,26 +96,56 @@ struct EvalResult {
 /// Throws InputError when the model's output is not [N, classes] or labels are out of range.
 EvalResult evaluate(core::Module& model, const core::TensorDataset& ds, int64_t batch_size = 512);
 
-/// Runs the training loop. Callbacks run after each optimizer step and each epoch.
+/// One batch's loss, the student's logits (for accuracy) and named loss terms for the metrics.
+struct StepOutput {
+  at::Tensor loss;
+  at::Tensor logits;
+  std::map<std::string, double> parts;
+};
+
+/// Runs the training loop.
 class Trainer {
  public:
+  using LossFn = std::function<StepOutput(core::Module& model, const core::Batch& batch)>;
   using StepCallback = std::function<void(int64_t step, double loss)>;
   using EpochCallback = std::function<void(const EpochStats&)>;
 
   Trainer(core::Module& model, TrainerOptions opts);
 
+  /// Replaces the default cross-entropy loss. `extra` are further trainable tensors (e.g. hint
+  /// projections) optimised with the model and saved in checkpoints, but not part of the model.
+  void set_loss(LossFn fn, std::vector<at::Tensor> extra = {});
   void on_step(StepCallback cb) { step_cbs_.push_back(std::move(cb)); }
   void on_epoch(EpochCallback cb) { epoch_cbs_.push_back(std::move(cb)); }
+  /// Runs after backward and before the optimizer step (gradient all-reduce goes here).
+  void on_after_backward(std::function<void()> cb) { after_backward_cbs_.push_back(std::move(cb)); }
+  /// Replaces the loader's index order (distributed samplers).
+  void set_sampler(std::function<std::vector<int64_t>(int64_t n, int64_t epoch)> s) { sampler_ = std::move(s); }
+  /// Whether this process writes checkpoints and metrics (false on all ranks but 0).
+  void writer(bool v) { writer_ = v; }
 
-  /// Trains on `train`, evaluating on `val` after each epoch when given. Returns one entry
-  /// per epoch. Throws Error when the loss becomes NaN or Inf (naming the step).
+  /// Trains on `train`, evaluating on `val` after each epoch when given. Returns one entry per
+  /// epoch run (after a resume: the epochs run before it too). Throws Error when the loss becomes
+  /// NaN or Inf, naming the step; the last checkpoint stays as it was.
   std::vector<EpochStats> fit(const core::TensorDataset& train, const core::TensorDataset* val);
 
  private:
+  struct State;
+  void save_checkpoint(const State& st);
+  bool load_checkpoint(State& st);
+  double lr_at(int64_t step, int64_t total_steps, int64_t steps_per_epoch) const;
+  void make_optimizer();
+
   core::Module& model_;
   TrainerOptions opts_;
+  LossFn loss_fn_;
+  std::vector<at::Tensor> extra_;
   std::vector<StepCallback> step_cbs_;
   std::vector<EpochCallback> epoch_cbs_;
+  std::vector<std::function<void()>> after_backward_cbs_;
+  std::function<std::vector<int64_t>(int64_t, int64_t)> sampler_;
+  bool writer_ = true;
+  std::shared_ptr<torch::optim::Optimizer> optimizer_;
 };
 
 }  // namespace pare::distill

@@ -1,0 +1,197 @@
+// The distillation losses, each usable alone and all combinable with weights in DistillLoss.
+//
+//   kd_loss(s, t, T)                 Hinton KD: KL(softmax(t/T) || softmax(s/T)) * T^2, batchmean
+//   mixed_kd_loss(s, t, y, T, a)     a * KD + (1 - a) * cross-entropy(s, y)
+//   logits_mse_loss(s, t)            mean squared error between logits
+//   cosine_loss(s, t)                mean over rows of 1 - cos(s_i, t_i)
+//   attention_transfer_loss(s, t)    MiniLM-style KL between attention distributions
+//   hint_loss(s, t, proj)            FitNets-style MSE after a learned HintProjection
+//
+// Every loss is computed in float32 whatever the inputs' dtype, returns a 0-dim float32 tensor,
+// and detaches the teacher's tensors: gradients flow to the student (and projections) only.
+//
+//   distill::DistillLoss loss(distill::DistillLossOptions().temperature(4).alpha(0.9)
+//                                 .hint("relu2", "relu1", 0.5));
+//   auto s_vals = student.forward_values({x}, loss.student_values_needed());
+//   auto t_vals = teacher.forward_values({x}, loss.teacher_values_needed());
+//   loss.prepare(s_vals, t_vals);        // builds the projections, before making the optimizer
+//   ... optimizer over student.parameters() + loss.parameters() ...
+//   auto parts = loss.compute(s_vals, t_vals, y, "logits", "logits");
+//   parts.total.backward();
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace pare::distill {
+
+/// Hinton KD: KL(softmax(t/T) || softmax(s/T)) with reduction batchmean (sum / N), times T*T.
+/// Equals PyTorch's F.kl_div(F.log_softmax(s/T, 1), F.softmax(t/T, 1), reduction='batchmean')*T*T
+/// (same ATen ops, in float32). Logits are [N, C].
+/// Throws InputError if `temperature` <= 0 (or not finite), the shapes differ or are not [N, C].
+at::Tensor kd_loss(const at::Tensor& student_logits, const at::Tensor& teacher_logits, double temperature);
+
+/// alpha * kd_loss(s, t, T) + (1 - alpha) * cross_entropy(s, labels) (mean over the batch).
+/// A term whose weight is exactly 0 is not computed (so alpha = 1 accepts undefined labels).
+/// `labels` are int64 class indices [N]. Throws InputError for alpha outside [0, 1], labels of
+/// the wrong shape or dtype, and what kd_loss throws.
+at::Tensor mixed_kd_loss(const at::Tensor& student_logits, const at::Tensor& teacher_logits,
+                         const at::Tensor& labels, double temperature, double alpha);
+
+/// Mean squared error over all elements. Throws InputError when the shapes differ.
+at::Tensor logits_mse_loss(const at::Tensor& student, const at::Tensor& teacher);
+
+/// mean_i (1 - cos(s_i, t_i)) with rows i over dim 0 (all other dims flattened; eps 1e-8 as in
+/// F.cosine_similarity). Throws InputError when the shapes differ or a tensor has rank 0.
+at::Tensor cosine_loss(const at::Tensor& student, const at::Tensor& teacher);
+
+/// Attention transfer for transformer attention probabilities [N, H, S, S] (rank 3 [N, S, S] is
+/// read as one head), as in MiniLM: KL(teacher row || student row) summed over the keys, then
+/// averaged over batch, heads and query positions. When the head counts differ, both maps are
+/// first averaged over heads (an average of distributions is a distribution), so a 12-head
+/// teacher can teach a 4-head student. Student probabilities are clamped to >= 1e-12 before the
+/// log so that a softmax that underflowed to 0 gives a large finite loss, not Inf.
+/// Throws InputError when ranks, batch or sequence sizes differ.
+at::Tensor attention_transfer_loss(const at::Tensor& student_attn, const at::Tensor& teacher_attn);
+
+/// Feature (hint) distillation's learned map from a student value to the teacher's shape:
+///   [N, C] or [N, S, C]    a linear map Cs -> Ct on the last dim;
+///   [N, C, H, W]           adaptive average pooling of the student to the teacher's H x W when
+///                          they differ, then a 1x1 convolution Cs -> Ct;
+///   identity when the shapes (past the batch dim) already match: no parameters.
+/// Initialised like nn.Linear / nn.Conv2d (U(-1/sqrt(Cs), 1/sqrt(Cs)) for weight and bias) from
+/// a generator seeded with `seed`, on the student example's device. Trained with the student
+/// (hand parameters() to the optimizer) and never exported.
+class HintProjection {
+ public:
+  enum class Kind { kIdentity, kLinear, kConv1x1 };
+
+  /// Throws InputError when the ranks differ, a rank is not 2, 3 or 4, or a non-channel size
+  /// that cannot be bridged differs (the sequence length of [N, S, C] values).
+  HintProjection(const at::Tensor& student_example, const at::Tensor& teacher_example, uint64_t seed);
+
+  /// The student value mapped to the teacher's shape (float32). Throws InputError when `s` does
+  /// not have the student example's shape past the batch dim.
+  at::Tensor project(const at::Tensor& s) const;
+
+  /// The trainable tensors (weight, bias), empty for the identity.
+  std::vector<at::Tensor> parameters() const;
+
+  /// {"weight", "bias"} for checkpoints (detached; empty for the identity).
+  std::map<std::string, at::Tensor> state() const;
+  /// Copies saved weights into the parameters in place (the optimizer keeps its handles).
+  /// Throws InputError for a missing or extra name or a shape that differs.
+  void load_state(const std::map<std::string, at::Tensor>& state);
+
+  Kind kind() const { return kind_; }
+
+ private:
+  Kind kind_ = Kind::kIdentity;
+  std::vector<int64_t> student_shape_, teacher_shape_;  // past the batch dim
+  bool pool_ = false;
+  at::Tensor weight_, bias_;
+};
+
+/// MSE between proj.project(student_feature) and the (detached) teacher feature.
+/// Throws InputError when the projected shape differs from the teacher's.
+at::Tensor hint_loss(const at::Tensor& student_feature, const at::Tensor& teacher_feature,
+                     const HintProjection& proj);
+
+/// One intermediate-value pairing for hint or attention losses.
+struct ValuePair {
+  std::string teacher_value, student_value;
+  double weight = 1.0;
+};
+
+/// What DistillLoss combines. The CE weight is derived: 1 - alpha.
+struct DistillLossOptions {
+  DistillLossOptions& temperature(double v) { temperature_ = v; return *this; }
+  /// Weight of the KD term; cross-entropy on the labels gets 1 - alpha.
+  DistillLossOptions& alpha(double v) { alpha_ = v; return *this; }
+  /// Weight of logits_mse_loss(student logits, teacher logits).
+  DistillLossOptions& mse_weight(double v) { mse_weight_ = v; return *this; }
+  /// Weight of cosine_loss(student logits, teacher logits).
+  DistillLossOptions& cosine_weight(double v) { cosine_weight_ = v; return *this; }
+  /// Adds a hint (feature MSE through a HintProjection) between two named values.
+  DistillLossOptions& hint(std::string teacher_value, std::string student_value, double weight = 1.0) {
+    hints_.push_back({std::move(teacher_value), std::move(student_value), weight});
+    return *this;
+  }
+  DistillLossOptions& hints(std::vector<ValuePair> v) { hints_ = std::move(v); return *this; }
+  /// Adds an attention-transfer term between two attention-probability values ([N, H, S, S]).
+  DistillLossOptions& attention(std::string teacher_value, std::string student_value, double weight = 1.0) {
+    attention_.push_back({std::move(teacher_value), std::move(student_value), weight});
+    return *this;
+  }
+  DistillLossOptions& attentions(std::vector<ValuePair> v) { attention_ = std::move(v); return *this; }
+  /// Seeds the hint projections' initialisation (hint i uses seed + i).
+  DistillLossOptions& seed(uint64_t v) { seed_ = v; return *this; }
+
+  double ce_weight() const { return 1.0 - alpha_; }
+
+  double temperature_ = 4.0, alpha_ = 0.9, mse_weight_ = 0.0, cosine_weight_ = 0.0;
+  std::vector<ValuePair> hints_, attention_;
+  uint64_t seed_ = 0;
+
+  /// Throws InputError naming the option: temperature <= 0, alpha outside [0, 1], a negative or
+  /// non-finite weight, an empty value name.
+  void validate() const;
+};
+
+/// The loss total and each term's value (unweighted, for logging).
+struct LossParts {
+  at::Tensor total;                      ///< 0-dim float32, differentiable wrt the student
+  std::map<std::string, double> parts;   ///< "kd", "ce", "mse", "cosine", "hint:<t>:<s>", "attn:<t>:<s>"
+};
+
+/// The weighted sum of the losses DistillLossOptions asks for. Terms with weight 0 are skipped.
+class DistillLoss {
+ public:
+  /// Throws what DistillLossOptions::validate throws.
+  explicit DistillLoss(DistillLossOptions opts);
+
+  /// Builds the hint projections from a first batch's values (seeded; only the first call does
+  /// anything). Call it before handing parameters() to the optimizer; compute() calls it too.
+  /// Throws InputError naming a missing value or a hint pair that cannot be bridged.
+  void prepare(const std::unordered_map<std::string, at::Tensor>& student_values,
+               const std::unordered_map<std::string, at::Tensor>& teacher_values);
+  bool prepared() const { return prepared_; }
+
+  /// Total loss and parts for one batch. `labels` may be undefined when the CE weight is 0.
+  /// Throws InputError naming a missing value, and what the individual losses throw.
+  LossParts compute(const std::unordered_map<std::string, at::Tensor>& student_values,
+                    const std::unordered_map<std::string, at::Tensor>& teacher_values,
+                    const at::Tensor& labels, const std::string& student_logits_name,
+                    const std::string& teacher_logits_name);
+
+  /// The projections' trainable tensors (empty before prepare()).
+  std::vector<at::Tensor> parameters() const;
+
+  /// Intermediate values the student / teacher must return (for forward_values' `extra`), in
+  /// option order without duplicates; the logits are not included.
+  std::vector<std::string> student_values_needed() const;
+  std::vector<std::string> teacher_values_needed() const;
+
+  /// Projection weights for checkpoints, as "hint:<t>:<s>.weight" / ".bias".
+  std::map<std::string, at::Tensor> state() const;
+  /// Restores state(): applied now when prepared, otherwise kept and applied by prepare().
+  /// Throws InputError for a name no hint owns or a shape that differs.
+  void load_state(const std::map<std::string, at::Tensor>& state);
+
+  const DistillLossOptions& options() const { return opts_; }
+
+ private:
+  void apply_state(const std::map<std::string, at::Tensor>& state);
+
+  DistillLossOptions opts_;
+  bool prepared_ = false;
+  std::vector<HintProjection> projections_;  // one per hint, in option order
+  std::map<std::string, at::Tensor> pending_state_;
+};
+
+}  // namespace pare::distill

@@ -1,0 +1,375 @@
+// Teacher kinds: graph (core::Module), TorchScript (torch::jit black box) and ensemble (weighted
+// mean of logits), plus the spec loader and the teacher/student compatibility check.
+#include "distill/teacher.h"
+
+#include <torch/script.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+#include <unordered_set>
+
+#include "core/error.h"
+#include "core/file_util.h"
+#include "core/onnx_io.h"
+#include "core/zoo.h"
+
+namespace pare::distill {
+
+namespace {
+
+std::string sizes_str(const at::Tensor& t) {
+  std::ostringstream os;
+  os << "[";
+  for (int64_t i = 0; i < t.dim(); ++i) os << (i ? ", " : "") << t.size(i);
+  os << "]";
+  return os.str();
+}
+
+// libtorch messages carry a backtrace and several lines of context; the first line says what failed.
+std::string first_line(const std::exception& e) {
+  std::string msg;
+  if (auto* c10e = dynamic_cast<const c10::Error*>(&e))
+    msg = c10e->what_without_backtrace();
+  else
+    msg = e.what();
+  auto nl = msg.find('\n');
+  return nl == std::string::npos ? msg : msg.substr(0, nl);
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  if (s.size() < suffix.size()) return false;
+  return std::equal(suffix.rbegin(), suffix.rend(), s.rbegin(),
+                    [](char a, char b) { return std::tolower(a) == std::tolower(b); });
+}
+
+bool is_torchscript_path(const std::string& s) {
+  return ends_with(s, ".pt") || ends_with(s, ".ts") || ends_with(s, ".torchscript");
+}
+
+// TorchScript archives are zip files; ONNX files are protobuf, which never starts with "PK".
+bool looks_like_zip(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char magic[4] = {};
+  in.read(magic, 4);
+  return in.gcount() == 4 && magic[0] == 'P' && magic[1] == 'K' && magic[2] == 3 && magic[3] == 4;
+}
+
+// The batch as a graph expects it: on the module's device, and cast when both the batch and the
+// graph input are floating point but differ (a float64 .npy fed to a float32 model).
+at::Tensor prepare_graph_input(const at::Tensor& x, const core::Module& m, const std::string& who) {
+  PARE_CHECK(x.defined(), who, ": the input batch is an undefined tensor");
+  const auto& inputs = m.graph().inputs;
+  at::Tensor in = x;
+  if (inputs.size() == 1 && at::isFloatingType(in.scalar_type()) &&
+      at::isFloatingType(inputs[0].dtype) && in.scalar_type() != inputs[0].dtype)
+    in = in.to(inputs[0].dtype);
+  if (in.device() != m.device()) in = in.to(m.device());
+  return in;
+}
+
+int64_t classes_of(const at::Tensor& logits, const std::string& who, const at::Tensor& example) {
+  PARE_CHECK(logits.dim() >= 2, who, " gives an output of shape ", sizes_str(logits),
+             " on an input of shape ", sizes_str(example), "; expected logits [N, ..., classes]");
+  return logits.size(-1);
+}
+
+// The first row of a batch, for probe forwards.
+at::Tensor probe_row(const at::Tensor& example, const std::string& who) {
+  PARE_CHECK(example.defined() && example.dim() >= 1 && example.size(0) >= 1, who,
+             ": the example input must be a batch [N, ...] with N >= 1, got ",
+             example.defined() ? sizes_str(example) : std::string("an undefined tensor"));
+  return example.slice(0, 0, 1);
+}
+
+// ", such as 'conv1', 'bn1', 'relu1'": a few value names for messages.
+std::string some_values(const core::Graph& g) {
+  std::string r;
+  int shown = 0;
+  for (const auto& n : g.nodes)
+    for (const auto& o : n.outputs) {
+      if (o.empty() || shown == 4) continue;
+      r += (shown++ ? ", '" : ", such as '") + o + "'";
+    }
+  return r;
+}
+
+// Restores a module's train/eval mode when a scope ends (also on an exception).
+struct ModeGuard {
+  core::Module& m;
+  bool was_training;
+  explicit ModeGuard(core::Module& mod) : m(mod), was_training(mod.is_training()) {}
+  ~ModeGuard() { m.train(was_training); }
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// GraphTeacher
+
+GraphTeacher::GraphTeacher(core::Graph g, std::string name)
+    : module_(std::move(g)), name_(std::move(name)) {
+  PARE_CHECK(module_.graph().inputs.size() == 1, describe(), " must have exactly one input, has ",
+             module_.graph().inputs.size());
+  PARE_CHECK(!module_.graph().outputs.empty(), describe(), " has no outputs");
+  module_.eval();
+}
+
+std::unordered_map<std::string, at::Tensor> GraphTeacher::forward(const at::Tensor& x,
+                                                                  const std::vector<std::string>& values) {
+  std::vector<std::string> extra;
+  for (const auto& v : values) {
+    if (v == "logits") continue;
+    PARE_CHECK(has_value(v), describe(), " has no value named '", v, "' (values are node outputs",
+               some_values(module_.graph()), "; `pare inspect` lists them all)");
+    extra.push_back(v);
+  }
+  at::NoGradGuard no_grad;
+  module_.eval();
+  at::Tensor in = prepare_graph_input(x, module_, describe());
+  std::unordered_map<std::string, at::Tensor> vals;
+  try {
+    vals = module_.forward_values({in}, extra);
+  } catch (const InputError& e) {
+    throw InputError(describe() + ": " + e.what());
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {  // an op's libtorch kernel refused the input
+    throw InputError(describe() + " failed on an input of shape " + sizes_str(x) + ": " + first_line(e));
+  }
+  std::unordered_map<std::string, at::Tensor> r;
+  auto put = [&](const std::string& key, const at::Tensor& t) {
+    r[key] = t.device() == x.device() ? t : t.to(x.device());
+  };
+  put("logits", vals.at(module_.graph().outputs.front().name));
+  for (const auto& v : extra) put(v, vals.at(v));
+  return r;
+}
+
+bool GraphTeacher::has_value(const std::string& name) const {
+  if (name == "logits") return true;
+  const auto& g = module_.graph();
+  if (g.is_initializer(name) || g.find_input(name)) return true;
+  for (const auto& n : g.nodes)
+    if (std::find(n.outputs.begin(), n.outputs.end(), name) != n.outputs.end()) return true;
+  return false;
+}
+
+int64_t GraphTeacher::num_classes(const at::Tensor& example) {
+  if (!classes_) {
+    at::Tensor row = probe_row(example, describe());
+    classes_ = classes_of(logits(row), describe(), row);
+  }
+  return *classes_;
+}
+
+std::string GraphTeacher::describe() const { return "graph teacher '" + name_ + "'"; }
+
+void GraphTeacher::to(const at::Device& d) { module_.to(d); }
+
+// ---------------------------------------------------------------------------------------------
+// TorchScriptTeacher
+
+struct TorchScriptTeacher::Impl {
+  torch::jit::Module module;
+};
+
+TorchScriptTeacher::TorchScriptTeacher(const std::string& path) : impl_(new Impl), path_(path) {
+  PARE_CHECK(file_exists(path), "TorchScript teacher '", path, "' does not exist");
+  try {
+    impl_->module = torch::jit::load(path, at::Device(at::kCPU));
+  } catch (const std::exception& e) {
+    throw InputError("cannot load TorchScript teacher '" + path + "': " + first_line(e) +
+                     " (expected an archive written by torch.jit.script(model).save() or "
+                     "torch.jit.trace(model, x).save(); a torch.save()d state_dict or pickled model "
+                     "is not TorchScript)");
+  }
+  impl_->module.eval();
+  // pare feeds float32 batches: cast floating-point weights saved as float64 / float16 to match.
+  // Integer buffers (BatchNorm's num_batches_tracked, position ids) keep their dtype.
+  at::NoGradGuard no_grad;
+  auto cast = [](at::Tensor t) {
+    if (at::isFloatingType(t.scalar_type()) && t.scalar_type() != at::kFloat) t.set_data(t.to(at::kFloat));
+  };
+  for (const auto& p : impl_->module.parameters(/*recurse=*/true)) cast(p);
+  for (const auto& b : impl_->module.buffers(/*recurse=*/true)) cast(b);
+}
+
+TorchScriptTeacher::~TorchScriptTeacher() = default;
+
+std::unordered_map<std::string, at::Tensor> TorchScriptTeacher::forward(
+    const at::Tensor& x, const std::vector<std::string>& values) {
+  for (const auto& v : values)
+    PARE_CHECK(v == "logits", describe(), " is a black box: it provides logits only, not value '", v,
+               "' (hint and attention losses need an ONNX or zoo teacher)");
+  PARE_CHECK(x.defined(), describe(), ": the input batch is an undefined tensor");
+  at::NoGradGuard no_grad;
+  impl_->module.eval();
+  at::Tensor in = x;
+  if (at::isFloatingType(in.scalar_type()) && in.scalar_type() != at::kFloat) in = in.to(at::kFloat);
+  if (in.device() != device_) in = in.to(device_);
+  c10::IValue out;
+  try {
+    out = impl_->module.forward({in});
+  } catch (const std::exception& e) {
+    throw InputError(describe() + " failed on an input of shape " + sizes_str(x) + " (" +
+                     std::string(c10::toString(in.scalar_type())) + "): " + first_line(e));
+  }
+  if ((out.isTuple() && !out.toTupleRef().elements().empty()) ) {
+    out = out.toTupleRef().elements()[0];
+  } else if (out.isList() && !out.toListRef().empty()) {
+    out = out.toListRef()[0];
+  }
+  PARE_CHECK(out.isTensor(), describe(), " returned ", out.tagKind(),
+             "; expected the logits tensor, or a tuple or list whose first element is the logits");
+  at::Tensor logits = out.toTensor().detach();
+  if (logits.scalar_type() != at::kFloat) logits = logits.to(at::kFloat);
+  if (logits.device() != x.device()) logits = logits.to(x.device());
+  return {{"logits", logits}};
+}
+
+bool TorchScriptTeacher::has_value(const std::string& name) const { return name == "logits"; }
+
+int64_t TorchScriptTeacher::num_classes(const at::Tensor& example) {
+  if (!classes_) {
+    at::Tensor row = probe_row(example, describe());
+    classes_ = classes_of(logits(row), describe(), row);
+  }
+  return *classes_;
+}
+
+std::string TorchScriptTeacher::describe() const { return "TorchScript teacher '" + path_ + "'"; }
+
+void TorchScriptTeacher::to(const at::Device& d) {
+  impl_->module.to(d);
+  device_ = d;
+}
+
+// ---------------------------------------------------------------------------------------------
+// EnsembleTeacher
+
+std::vector<double> normalize_teacher_weights(const std::vector<double>& weights, size_t n) {
+  PARE_CHECK(n >= 1, "no teacher given");
+  if (weights.empty()) return std::vector<double>(n, 1.0 / static_cast<double>(n));
+  PARE_CHECK(weights.size() == n, "teacher weights: expected one per teacher (", n, "), got ",
+             weights.size());
+  double sum = 0;
+  for (size_t i = 0; i < n; ++i) {
+    PARE_CHECK(std::isfinite(weights[i]) && weights[i] >= 0, "teacher weights must be finite and >= 0; weight ",
+               i + 1, " is ", weights[i]);
+    sum += weights[i];
+  }
+  PARE_CHECK(sum > 0, "teacher weights sum to 0; at least one must be > 0");
+  std::vector<double> r(weights);
+  for (auto& w : r) w /= sum;
+  return r;
+}
+
+EnsembleTeacher::EnsembleTeacher(std::vector<std::unique_ptr<Teacher>> members, std::vector<double> weights)
+    : members_(std::move(members)) {
+  PARE_CHECK(!members_.empty(), "an ensemble teacher needs at least one member");
+  for (const auto& m : members_) PARE_ASSERT(m != nullptr, "null ensemble member");
+  weights_ = normalize_teacher_weights(weights, members_.size());
+}
+
+std::unordered_map<std::string, at::Tensor> EnsembleTeacher::forward(const at::Tensor& x,
+                                                                     const std::vector<std::string>& values) {
+  for (const auto& v : values)
+    PARE_CHECK(v == "logits", describe(), " provides logits only, not value '", v,
+               "' (hint and attention losses need a single ONNX or zoo teacher)");
+  at::Tensor acc;
+  at::Tensor first;
+  for (size_t i = 0; i < members_.size(); ++i) {
+    at::Tensor l = members_[i]->logits(x);
+    if (i == 0) {
+      first = l;
+      acc = l * weights_[0];
+      continue;
+    }
+    PARE_CHECK(l.sizes() == first.sizes(), "ensemble members disagree: ", members_[0]->describe(),
+               " gives logits ", sizes_str(first), " but ", members_[i]->describe(), " gives ", sizes_str(l));
+    // acc + l * w, not add_(l, alpha): the same rounding as the textbook formula.
+    acc = acc + l * weights_[i];
+  }
+  return {{"logits", acc}};
+}
+
+bool EnsembleTeacher::has_value(const std::string& name) const { return name == "logits"; }
+
+int64_t EnsembleTeacher::num_classes(const at::Tensor& example) {
+  int64_t k = members_[0]->num_classes(example);
+  for (size_t i = 1; i < members_.size(); ++i) {
+    int64_t ki = members_[i]->num_classes(example);
+    PARE_CHECK(ki == k, "ensemble members disagree: ", members_[0]->describe(), " has ", k, " classes but ",
+               members_[i]->describe(), " has ", ki);
+  }
+  return k;
+}
+
+std::string EnsembleTeacher::describe() const {
+  std::ostringstream os;
+  os << "ensemble of " << members_.size() << " teachers (";
+  for (size_t i = 0; i < members_.size(); ++i)
+    os << (i ? ", " : "") << members_[i]->describe() << " weight " << weights_[i];
+  os << ")";
+  return os.str();
+}
+
+void EnsembleTeacher::to(const at::Device& d) {
+  for (auto& m : members_) m->to(d);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Loading and checking
+
+std::unique_ptr<Teacher> load_teacher(const std::string& spec, uint64_t seed) {
+  PARE_CHECK(!spec.empty(), "empty teacher spec: expected an ONNX file, a TorchScript file or a zoo model");
+  auto named = [&](const InputError& e) {
+    std::string msg = e.what();
+    return msg.find(spec) != std::string::npos ? InputError(msg) : InputError("teacher '" + spec + "': " + msg);
+  };
+  if (is_torchscript_path(spec) || (file_exists(spec) && looks_like_zip(spec)))
+    return std::make_unique<TorchScriptTeacher>(spec);
+  try {
+    if (core::is_zoo_spec(spec))
+      return std::make_unique<GraphTeacher>(core::build_zoo_model(spec, seed), spec);
+    PARE_CHECK(file_exists(spec) || !ends_with(spec, ".onnx"), "teacher file '", spec, "' does not exist");
+    if (file_exists(spec)) return std::make_unique<GraphTeacher>(core::load_onnx(spec), spec);
+    core::load_model(spec, seed);  // throws the "neither a file nor a zoo model" message with the zoo list
+  } catch (const InputError& e) {
+    throw named(e);
+  }
+  throw InputError("teacher '" + spec + "' is neither a file nor a zoo model");
+}
+
+std::unique_ptr<Teacher> load_teachers(const std::vector<std::string>& specs, const std::vector<double>& weights,
+                                       uint64_t seed) {
+  PARE_CHECK(!specs.empty(), "no teacher given");
+  auto w = normalize_teacher_weights(weights, specs.size());  // before loading anything big
+  if (specs.size() == 1) return load_teacher(specs[0], seed);
+  std::vector<std::unique_ptr<Teacher>> members;
+  for (const auto& s : specs) members.push_back(load_teacher(s, seed));
+  return std::make_unique<EnsembleTeacher>(std::move(members), std::move(w));
+}
+
+void check_compatible(Teacher& teacher, core::Module& student, const at::Tensor& example) {
+  const std::string student_name = "student '" + student.graph().name + "'";
+  int64_t k = teacher.num_classes(example);
+  at::Tensor row = probe_row(example, student_name);
+  at::Tensor out;
+  {
+    ModeGuard mode(student);
+    student.eval();
+    at::NoGradGuard no_grad;
+    auto outs = student.forward({prepare_graph_input(row, student, student_name)});
+    PARE_CHECK(!outs.empty(), student_name, " has no outputs");
+    out = outs.front();
+  }
+  int64_t m = classes_of(out, student_name, row);
+  PARE_CHECK(k == m, teacher.describe(), " has ", k, " classes but ", student_name, " has ", m,
+             " (the logits' last dim on an example input of shape ", sizes_str(row), ")");
+}
+
+}  // namespace pare::distill

@@ -1,0 +1,166 @@
+// Teachers: the models a student learns from. Every teacher runs in eval mode under no-grad, so
+// its outputs never require grad and its BatchNorm running statistics never move.
+//
+//   auto teacher = distill::load_teacher("runs/cnn.onnx");          // or "cnn" (zoo), "t.pt" (TorchScript)
+//   distill::check_compatible(*teacher, student, x_example);         // same number of classes
+//   auto out = teacher->forward(x, {"relu2"});                       // out["logits"], out["relu2"]
+//
+//   auto ensemble = distill::load_teachers({"a.onnx", "b.pt"}, {0.7, 0.3});   // weighted mean of logits
+//
+// Kinds:
+//   GraphTeacher        a core::Graph (ONNX file or zoo spec): logits plus any intermediate value
+//   TorchScriptTeacher  a torch.jit module (.pt/.ts/.torchscript): a black box yielding logits
+//   EnsembleTeacher     several teachers: the weighted mean of their logits (logits only)
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/graph.h"
+#include "core/module.h"
+
+namespace pare::distill {
+
+/// A model that teaches: runs under no-grad, in eval mode; its forward is computed once per step
+/// and reused by every loss that needs it.
+class Teacher {
+ public:
+  virtual ~Teacher() = default;
+
+  /// Logits for a batch, plus the named intermediate values (for hint / attention losses). The
+  /// returned map holds "logits" and every name in `values` ("logits" may itself be requested).
+  /// Results are on `x`'s device and never require grad. Throws InputError naming the teacher and
+  /// the value if it cannot provide one, or naming the teacher when it cannot run on `x`.
+  virtual std::unordered_map<std::string, at::Tensor> forward(const at::Tensor& x,
+                                                              const std::vector<std::string>& values) = 0;
+
+  /// Logits only: forward(x, {}).at("logits").
+  at::Tensor logits(const at::Tensor& x) { return forward(x, {}).at("logits"); }
+
+  /// True if the teacher can return intermediate value `name` (graph teachers: any value in the
+  /// graph; black boxes and ensembles: none besides "logits").
+  virtual bool has_value(const std::string& name) const = 0;
+
+  /// Number of output classes (the logits' last dim), found by a probe forward on the first row
+  /// of `example` (a batch, [N, ...] with N >= 1) the first time it is needed, then remembered.
+  virtual int64_t num_classes(const at::Tensor& example) = 0;
+
+  /// For messages: "graph teacher 'cnn.onnx'".
+  virtual std::string describe() const = 0;
+
+  /// Moves the teacher's weights to `d`; inputs on another device are copied there per forward.
+  virtual void to(const at::Device& d) = 0;
+};
+
+/// A core::Graph (ONNX file or zoo spec) run by core::Module in eval mode under at::NoGradGuard.
+/// The first graph output is the logits. The graph must have exactly one input; a floating-point
+/// batch is cast to the input's dtype when that is floating too (a float64 .npy feeds a float32 model).
+class GraphTeacher : public Teacher {
+ public:
+  /// `name` is used in messages (usually the spec or file it came from). Throws InputError for a
+  /// malformed graph, or one without exactly one input or without outputs.
+  GraphTeacher(core::Graph g, std::string name);
+
+  std::unordered_map<std::string, at::Tensor> forward(const at::Tensor& x,
+                                                      const std::vector<std::string>& values) override;
+  bool has_value(const std::string& name) const override;
+  int64_t num_classes(const at::Tensor& example) override;
+  std::string describe() const override;
+  void to(const at::Device& d) override;
+
+  /// The module that runs the graph (always in eval mode).
+  const core::Module& module() const { return module_; }
+  const std::string& name() const { return name_; }
+
+ private:
+  core::Module module_;
+  std::string name_;
+  std::optional<int64_t> classes_;
+};
+
+/// A TorchScript module (torch::jit::load) used as a black box yielding logits: the output itself
+/// when it is a tensor, the first element when it is a tuple or list. Loaded onto the CPU with its
+/// floating-point parameters and buffers cast to float32, run in eval() mode under no-grad on
+/// float32 inputs (floating batches of other dtypes are cast; integer token ids pass unchanged);
+/// logits are returned as float32.
+class TorchScriptTeacher : public Teacher {
+ public:
+  /// Throws InputError naming `path` when the file is missing or is not a TorchScript archive.
+  explicit TorchScriptTeacher(const std::string& path);
+  ~TorchScriptTeacher() override;
+
+  std::unordered_map<std::string, at::Tensor> forward(const at::Tensor& x,
+                                                      const std::vector<std::string>& values) override;
+  bool has_value(const std::string& name) const override;
+  int64_t num_classes(const at::Tensor& example) override;
+  std::string describe() const override;
+  void to(const at::Device& d) override;
+
+  const std::string& path() const { return path_; }
+
+ private:
+  struct Impl;  // keeps <torch/script.h> out of this header
+  std::unique_ptr<Impl> impl_;
+  std::string path_;
+  at::Device device_ = at::kCPU;
+  std::optional<int64_t> classes_;
+};
+
+/// Several teachers with weights, normalised to sum 1. The logits are the weighted mean of the
+/// members' logits (averaging logits rather than probabilities, the common practice for
+/// distilling from an ensemble; with a temperature the KD loss then softens the averaged logits).
+/// An ensemble provides logits only: requesting any other value throws InputError.
+class EnsembleTeacher : public Teacher {
+ public:
+  /// `weights`: one per member, each finite and >= 0, summing to > 0; empty means equal weights.
+  /// Throws InputError otherwise, or when `members` is empty.
+  EnsembleTeacher(std::vector<std::unique_ptr<Teacher>> members, std::vector<double> weights);
+
+  /// Throws InputError naming both members when their logits differ in shape.
+  std::unordered_map<std::string, at::Tensor> forward(const at::Tensor& x,
+                                                      const std::vector<std::string>& values) override;
+  bool has_value(const std::string& name) const override;
+  /// Throws InputError naming two members that disagree on the number of classes.
+  int64_t num_classes(const at::Tensor& example) override;
+  std::string describe() const override;
+  void to(const at::Device& d) override;
+
+  size_t size() const { return members_.size(); }
+  Teacher& member(size_t i) { return *members_.at(i); }
+  /// Normalised weights (sum 1), one per member.
+  const std::vector<double>& weights() const { return weights_; }
+
+ private:
+  std::vector<std::unique_ptr<Teacher>> members_;
+  std::vector<double> weights_;
+};
+
+/// Checks teacher weights for `n` teachers and returns them normalised to sum 1 (empty: equal).
+/// Throws InputError when the count differs from `n`, a weight is negative or not finite, or the
+/// sum is 0.
+std::vector<double> normalize_teacher_weights(const std::vector<double>& weights, size_t n);
+
+/// Builds a teacher from a spec: a zoo spec (weights seeded with `seed`) or an ONNX file ("*.onnx",
+/// or any existing file without a TorchScript suffix) -> GraphTeacher; "*.pt", "*.ts",
+/// "*.torchscript" -> TorchScriptTeacher. Throws InputError naming the file when it is missing or
+/// cannot be loaded.
+std::unique_ptr<Teacher> load_teacher(const std::string& spec, uint64_t seed = 0);
+
+/// Several specs with weights (see normalize_teacher_weights; empty = equal). One spec returns that
+/// teacher itself (its weight must still be valid); more return an EnsembleTeacher. Every zoo spec
+/// is built with the same `seed`. Throws InputError for no specs.
+std::unique_ptr<Teacher> load_teachers(const std::vector<std::string>& specs,
+                                       const std::vector<double>& weights, uint64_t seed = 0);
+
+/// Checks a teacher and a student agree: the same number of classes (logits' last dim) on the first
+/// row of `example`. The student runs in eval mode under no-grad; its train/eval mode is restored.
+/// Throws InputError "graph teacher 'x' has K classes but student 'y' has M" otherwise.
+void check_compatible(Teacher& teacher, core::Module& student, const at::Tensor& example);
+
+}  // namespace pare::distill
