@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
   pare::cli::add_inspect(app, action);
   pare::cli::add_run(app, action);
   pare::cli::add_train(app, action);
+  pare::cli::add_distill(app, action);
   pare::cli::add_eval(app, action);
   try {
     app.parse(argc, argv);

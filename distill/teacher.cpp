@@ -9,7 +9,6 @@
 #include <cmath>
 #include <fstream>
 #include <sstream>
-#include <unordered_set>
 
 #include "core/error.h"
 #include "core/file_util.h"
@@ -28,13 +27,20 @@ std::string sizes_str(const at::Tensor& t) {
   return os.str();
 }
 
-// libtorch messages carry a backtrace and several lines of context; the first line says what failed.
-std::string first_line(const std::exception& e) {
+// libtorch messages carry a backtrace and several lines of context; keep the line that says what
+// failed: the first, or for the TorchScript interpreter (a header, two tracebacks, then
+// "RuntimeError: ...") the last.
+std::string brief(const std::exception& e) {
   std::string msg;
   if (auto* c10e = dynamic_cast<const c10::Error*>(&e))
     msg = c10e->what_without_backtrace();
   else
     msg = e.what();
+  while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
+  if (msg.rfind("The following operation failed in the TorchScript interpreter", 0) == 0) {
+    auto nl = msg.rfind('\n');
+    return nl == std::string::npos ? msg : msg.substr(nl + 1);
+  }
   auto nl = msg.find('\n');
   return nl == std::string::npos ? msg : msg.substr(0, nl);
 }
@@ -137,7 +143,7 @@ std::unordered_map<std::string, at::Tensor> GraphTeacher::forward(const at::Tens
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {  // an op's libtorch kernel refused the input
-    throw InputError(describe() + " failed on an input of shape " + sizes_str(x) + ": " + first_line(e));
+    throw InputError(describe() + " failed on an input of shape " + sizes_str(x) + ": " + brief(e));
   }
   std::unordered_map<std::string, at::Tensor> r;
   auto put = [&](const std::string& key, const at::Tensor& t) {
@@ -181,7 +187,7 @@ TorchScriptTeacher::TorchScriptTeacher(const std::string& path) : impl_(new Impl
   try {
     impl_->module = torch::jit::load(path, at::Device(at::kCPU));
   } catch (const std::exception& e) {
-    throw InputError("cannot load TorchScript teacher '" + path + "': " + first_line(e) +
+    throw InputError("cannot load TorchScript teacher '" + path + "': " + brief(e) +
                      " (expected an archive written by torch.jit.script(model).save() or "
                      "torch.jit.trace(model, x).save(); a torch.save()d state_dict or pickled model "
                      "is not TorchScript)");
@@ -215,9 +221,9 @@ std::unordered_map<std::string, at::Tensor> TorchScriptTeacher::forward(
     out = impl_->module.forward({in});
   } catch (const std::exception& e) {
     throw InputError(describe() + " failed on an input of shape " + sizes_str(x) + " (" +
-                     std::string(c10::toString(in.scalar_type())) + "): " + first_line(e));
+                     std::string(c10::toString(in.scalar_type())) + "): " + brief(e));
   }
-  if ((out.isTuple() && !out.toTupleRef().elements().empty()) ) {
+  if (out.isTuple() && !out.toTupleRef().elements().empty()) {
     out = out.toTupleRef().elements()[0];
   } else if (out.isList() && !out.toListRef().empty()) {
     out = out.toListRef()[0];

@@ -1,0 +1,65 @@
+#include "distill/distiller.h"
+
+#include <memory>
+
+#include "core/error.h"
+
+namespace pare::distill {
+
+void check_distill_setup(Teacher& teacher, core::Module& student, const DistillLossOptions& loss,
+                         const at::Tensor& example) {
+  loss.validate();
+  auto student_has = [&](const std::string& v) {
+    const auto& g = student.graph();
+    if (g.find_input(v) || g.is_initializer(v)) return true;
+    for (auto& n : g.nodes)
+      for (auto& o : n.outputs)
+        if (o == v) return true;
+    return false;
+  };
+  auto check_pairs = [&](const std::vector<ValuePair>& pairs, const char* what) {
+    for (auto& p : pairs) {
+      PARE_CHECK(teacher.has_value(p.teacher_value), "--", what, " ", p.teacher_value, ":",
+                 p.student_value, ": ", teacher.describe(), " has no value named '",
+                 p.teacher_value, "' (pare inspect lists a graph's layers)");
+      PARE_CHECK(student_has(p.student_value), "--", what, " ", p.teacher_value, ":",
+                 p.student_value, ": the student has no value named '", p.student_value, "'");
+    }
+  };
+  check_pairs(loss.hints_, "hint");
+  check_pairs(loss.attention_, "attention");
+  check_compatible(teacher, student, example);
+}
+
+std::vector<EpochStats> distill(core::Module& student, Teacher& teacher,
+                                const DistillLossOptions& loss_opts, const TrainerOptions& trainer_opts,
+                                const core::TensorDataset& train, const core::TensorDataset* val) {
+  PARE_CHECK(train.size() > 0, "the training set '", train.name, "' is empty");
+  at::Tensor example = train.x.narrow(0, 0, std::min<int64_t>(2, train.size()));
+  check_distill_setup(teacher, student, loss_opts, example);
+
+  auto loss = std::make_shared<DistillLoss>(loss_opts);
+  const auto student_needed = loss->student_values_needed();
+  const auto teacher_needed = loss->teacher_values_needed();
+  const std::string student_logits = student.graph().outputs.at(0).name;
+  // The projections must exist before the optimizer is built: prepare on a first batch.
+  {
+    at::NoGradGuard no_grad;
+    bool was_training = student.is_training();
+    student.eval();
+    loss->prepare(student.forward_values({example}, student_needed), teacher.forward(example, teacher_needed));
+    student.train(was_training);
+  }
+  Trainer trainer(student, trainer_opts);
+  trainer.set_loss(
+      [&teacher, loss, student_needed, teacher_needed, student_logits](core::Module& m, const core::Batch& b) {
+        auto t = teacher.forward(b.x, teacher_needed);  // once per batch, no grad
+        auto s = m.forward_values({b.x}, student_needed);
+        LossParts parts = loss->compute(s, t, b.y, student_logits, "logits");
+        return StepOutput{parts.total, s.at(student_logits), parts.parts};
+      },
+      loss->parameters());
+  return trainer.fit(train, val);
+}
+
+}  // namespace pare::distill

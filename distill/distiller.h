@@ -1,0 +1,32 @@
+// Distillation = the Trainer's loop + a Teacher + a DistillLoss. This is what `pare distill` runs.
+//
+//   auto teacher = distill::load_teacher("teacher.onnx");
+//   core::Module student(core::load_model("mlp:784-300-100-10", 1));
+//   auto history = distill::distill(student, *teacher,
+//       distill::DistillLossOptions().temperature(4).alpha(0.9),
+//       distill::TrainerOptions().epochs(10).lr(1e-3), train, &test);
+#pragma once
+
+#include <vector>
+
+#include "core/data.h"
+#include "core/module.h"
+#include "distill/losses.h"
+#include "distill/teacher.h"
+#include "distill/trainer.h"
+
+namespace pare::distill {
+
+/// Checks that every value a hint or attention term names exists in the teacher and the student
+/// and that their class counts agree. Throws InputError naming the value or the models.
+void check_distill_setup(Teacher& teacher, core::Module& student, const DistillLossOptions& loss,
+                         const at::Tensor& example);
+
+/// Trains `student` from `teacher` on `train` (labels feed the CE term), evaluating on `val`.
+/// The teacher runs once per batch, without gradients, in eval mode. Hint projections are trained
+/// with the student and saved in its checkpoints, never in the student itself.
+std::vector<EpochStats> distill(core::Module& student, Teacher& teacher,
+                                const DistillLossOptions& loss, const TrainerOptions& trainer,
+                                const core::TensorDataset& train, const core::TensorDataset* val);
+
+}  // namespace pare::distill
