@@ -39,11 +39,9 @@ void add_distill(CLI::App& app, Action& action) {
   struct Opts {
     std::vector<std::string> teachers, hints, attentions;
     std::vector<double> teacher_weights;
-    std::string student, data, out, normalize, val_split = "test";
-    distill::TrainerOptions trainer = distill::TrainerOptions().batch_size(128).epochs(5);
+    std::string student, out;
+    TrainingRun run;
     distill::DistillLossOptions loss;
-    bool quiet = false, json = false, no_val = false;
-    int threads = 0;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("--teacher,-t", o->teachers, "Teacher: ONNX file, zoo spec or TorchScript (.pt); repeat for an ensemble")
@@ -51,7 +49,6 @@ void add_distill(CLI::App& app, Action& action) {
   cmd->add_option("--teacher-weights", o->teacher_weights, "Ensemble weights, e.g. 0.7,0.3 (default: equal)")
       ->delimiter(',');
   cmd->add_option("--student,-s", o->student, "Student: zoo spec or ONNX file")->required();
-  cmd->add_option("--data,-d", o->data, "fashion-mnist[:DIR] or npy:X.npy,Y.npy")->required();
   cmd->add_option("--out,-o", o->out, "Where to write the student (.onnx)")->required();
   auto g = "Distillation";
   cmd->add_option("--temperature,-T", o->loss.temperature_, "Softmax temperature of the KD term")
@@ -62,19 +59,11 @@ void add_distill(CLI::App& app, Action& action) {
   cmd->add_option("--cosine", o->loss.cosine_weight_, "Weight of a cosine term on the logits")->group(g);
   cmd->add_option("--hint", o->hints, "Feature hint TEACHER_VALUE:STUDENT_VALUE[:WEIGHT] (repeatable)")->group(g);
   cmd->add_option("--attention", o->attentions, "Attention transfer TEACHER_VALUE:STUDENT_VALUE[:WEIGHT]")->group(g);
-  add_trainer_options(cmd, o->trainer);
-  cmd->add_option("--normalize", o->normalize, "MEAN,STD applied to inputs for teacher and student alike");
-  cmd->add_option("--val-split", o->val_split, "Split evaluated after each epoch")->capture_default_str();
-  cmd->add_flag("--no-val", o->no_val, "Skip evaluation after each epoch");
-  cmd->add_option("--threads", o->threads, "Intra-op threads (0: libtorch's default)");
-  cmd->add_flag("--quiet,-q", o->quiet, "No progress output");
-  cmd->add_flag("--json", o->json, "Print a JSON summary (teacher and student accuracy) on stdout");
+  o->run.add_options(cmd);
   cmd->callback([&action, o] {
     action = [o] {
-      set_threads(o->threads);
-      distill::TrainerOptions topts = o->trainer;
-      topts.progress(!o->quiet);
-      topts.validate();
+      const TrainingRun& run = o->run;
+      distill::TrainerOptions topts = run.start();
       distill::DistillLossOptions lopts = o->loss;
       lopts.seed(topts.seed_);
       for (auto& h : o->hints) {
@@ -88,20 +77,14 @@ void add_distill(CLI::App& app, Action& action) {
       lopts.validate();
       auto teacher = distill::load_teachers(o->teachers, o->teacher_weights, topts.seed_);
       core::Graph g = core::load_model(o->student, topts.seed_);
-      core::TensorDataset train = core::load_dataset(o->data, "train");
-      core::TensorDataset val;
-      if (!o->no_val) val = core::load_dataset(o->data, o->val_split);
-      if (!o->normalize.empty()) {
-        core::normalize(train, o->normalize);
-        if (!o->no_val) core::normalize(val, o->normalize);
-        g.metadata["pare.normalize"] = o->normalize;
-      }
+      core::TensorDataset train, val;
+      const core::TensorDataset* val_ptr = run.load_data(train, val, g);
       core::Module student(std::move(g));
-      if (!o->quiet)
+      if (!run.quiet)
         std::fprintf(stderr, "distilling %s (%lld parameters) from %s on %s: T=%g alpha=%g\n",
                      o->student.c_str(), (long long)student.parameter_count(),
                      teacher->describe().c_str(), train.name.c_str(), lopts.temperature_, lopts.alpha_);
-      auto history = distill::distill(student, *teacher, lopts, topts, train, o->no_val ? nullptr : &val);
+      auto history = distill::distill(student, *teacher, lopts, topts, train, val_ptr);
       core::Graph trained = student.to_graph();
       trained.metadata["pare.distilled_from"] = [&] {
         std::string s;
@@ -112,7 +95,7 @@ void add_distill(CLI::App& app, Action& action) {
 
       nlohmann::json j = {{"student", o->student}, {"out", o->out}, {"epochs", history.size()},
                           {"train_loss", history.back().train_loss}};
-      if (!o->no_val) {
+      if (!run.no_val) {
         // The teacher's accuracy on the same split, for the side-by-side report.
         at::NoGradGuard no_grad;
         int64_t correct = 0;
@@ -123,12 +106,12 @@ void add_distill(CLI::App& app, Action& action) {
         double teacher_acc = static_cast<double>(correct) / std::max<int64_t>(1, val.size());
         j["teacher_accuracy"] = teacher_acc;
         j["student_accuracy"] = history.back().val_accuracy;
-        if (!o->quiet)
-          std::fprintf(stderr, "%s accuracy: teacher %.2f%%, student %.2f%%\n", o->val_split.c_str(),
+        if (!run.quiet)
+          std::fprintf(stderr, "%s accuracy: teacher %.2f%%, student %.2f%%\n", run.val_split.c_str(),
                        teacher_acc * 100, history.back().val_accuracy * 100);
       }
-      if (o->json) std::cout << j.dump() << "\n";
-      else if (!o->quiet) std::fprintf(stderr, "wrote %s\n", o->out.c_str());
+      if (run.json) std::cout << j.dump() << "\n";
+      else if (!run.quiet) std::fprintf(stderr, "wrote %s\n", o->out.c_str());
     };
   });
 }

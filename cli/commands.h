@@ -7,6 +7,8 @@
 #include <functional>
 #include <string>
 
+#include "core/data.h"
+#include "core/graph.h"
 #include "distill/trainer.h"
 
 namespace pare::cli {
@@ -23,8 +25,22 @@ void add_distill(CLI::App& app, Action& action);
 /// Sets libtorch's intra-op thread count (0 keeps its default).
 void set_threads(int threads);
 
-/// Adds the options of distill::TrainerOptions (epochs, lr, schedule, checkpoints, ...) to a
-/// command; train and distill share them.
-void add_trainer_options(CLI::App* cmd, distill::TrainerOptions& opts);
+/// What train and distill share: data, validation, trainer options and output control.
+struct TrainingRun {
+  std::string data, normalize, val_split = "test";
+  distill::TrainerOptions trainer = distill::TrainerOptions().batch_size(128).epochs(5);
+  bool quiet = false, json = false, no_val = false;
+  int threads = 0;
+
+  /// Adds --data, the trainer's options (epochs, lr, schedule, checkpoints, ...), --normalize,
+  /// --val-split, --no-val, --threads, --quiet and --json to `cmd`.
+  void add_options(CLI::App* cmd);
+  /// Sets the thread count and returns the validated trainer options.
+  distill::TrainerOptions start() const;
+  /// Loads the train split into `train` and, unless --no-val, the validation split into `val`;
+  /// applies --normalize to both and records it in `model`'s metadata. Returns &val or nullptr.
+  const core::TensorDataset* load_data(core::TensorDataset& train, core::TensorDataset& val,
+                                       core::Graph& model) const;
+};
 
 }  // namespace pare::cli

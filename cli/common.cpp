@@ -11,7 +11,9 @@ void set_threads(int threads) {
   if (threads > 0) at::set_num_threads(threads);
 }
 
-void add_trainer_options(CLI::App* cmd, distill::TrainerOptions& o) {
+void TrainingRun::add_options(CLI::App* cmd) {
+  cmd->add_option("--data,-d", data, "fashion-mnist[:DIR] or npy:X.npy,Y.npy")->required();
+  auto& o = trainer;
   auto g = "Training";
   cmd->add_option("--epochs", o.epochs_, "Passes over the training set")->capture_default_str()->group(g);
   cmd->add_option("--batch-size,-b", o.batch_size_, "Samples per step")->capture_default_str()->group(g);
@@ -39,6 +41,32 @@ void add_trainer_options(CLI::App* cmd, distill::TrainerOptions& o) {
       ->group(g);
   cmd->add_option("--checkpoint-every", o.checkpoint_every_, "Also checkpoint every N steps")->group(g);
   cmd->add_flag("--resume", o.resume_, "Continue from --checkpoint if it exists")->group(g);
+  cmd->add_option("--normalize", normalize, "MEAN,STD applied to inputs (recorded in the model's metadata)");
+  cmd->add_option("--val-split", val_split, "Split evaluated after each epoch")->capture_default_str();
+  cmd->add_flag("--no-val", no_val, "Skip evaluation after each epoch");
+  cmd->add_option("--threads", threads, "Intra-op threads (0: libtorch's default)");
+  cmd->add_flag("--quiet,-q", quiet, "No progress output");
+  cmd->add_flag("--json", json, "Print a JSON summary of the run on stdout");
+}
+
+distill::TrainerOptions TrainingRun::start() const {
+  set_threads(threads);
+  distill::TrainerOptions opts = trainer;
+  opts.progress(!quiet);
+  opts.validate();
+  return opts;
+}
+
+const core::TensorDataset* TrainingRun::load_data(core::TensorDataset& train, core::TensorDataset& val,
+                                                  core::Graph& model) const {
+  train = core::load_dataset(data, "train");
+  if (!no_val) val = core::load_dataset(data, val_split);
+  if (!normalize.empty()) {
+    core::normalize(train, normalize);
+    if (!no_val) core::normalize(val, normalize);
+    model.metadata["pare.normalize"] = normalize;
+  }
+  return no_val ? nullptr : &val;
 }
 
 }  // namespace pare::cli

@@ -143,7 +143,8 @@ struct DistillLossOptions {
   void validate() const;
 };
 
-/// The loss total and each term's value (unweighted, for logging).
+/// The loss total and each term's value (unweighted, for logging; reading them syncs a GPU once
+/// per term and step).
 struct LossParts {
   at::Tensor total;                      ///< 0-dim float32, differentiable wrt the student
   std::map<std::string, double> parts;   ///< "kd", "ce", "mse", "cosine", "hint:<t>:<s>", "attn:<t>:<s>"

@@ -1,0 +1,395 @@
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/module.h"
+#include "core/tensor_io.h"
+#include "core/zoo.h"
+#include "distill/losses.h"
+
+using namespace pare;
+using distill::HintProjection;
+
+namespace {
+
+at::Tensor randn(at::IntArrayRef shape, uint64_t seed, double scale = 1.0) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  return at::randn(shape, gen) * scale;
+}
+
+at::Tensor leaf(const at::Tensor& t) { return t.detach().clone().requires_grad_(true); }
+
+// Explicit Hinton KD in float64: sum_ij q_ij (log q_ij - log p_ij) / N * T^2.
+double kd_reference(const at::Tensor& s, const at::Tensor& t, double T) {
+  at::Tensor s64 = s.detach().to(at::kDouble), t64 = t.detach().to(at::kDouble);
+  at::Tensor q = at::softmax(t64 / T, 1), log_q = at::log_softmax(t64 / T, 1);
+  at::Tensor log_p = at::log_softmax(s64 / T, 1);
+  return ((q * (log_q - log_p)).sum() / s.size(0) * T * T).item<double>();
+}
+
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "(no InputError)";
+}
+
+}  // namespace
+
+// ---- kd_loss / mixed_kd_loss -----------------------------------------------------------------------
+
+TEST(KdLoss, MatchesExplicitFormula) {
+  for (double T : {1.0, 2.0, 4.0, 7.5}) {
+    at::Tensor s = randn({16, 10}, 1, 3.0), t = randn({16, 10}, 2, 3.0);
+    at::Tensor loss = distill::kd_loss(s, t, T);
+    EXPECT_EQ(loss.dim(), 0);
+    EXPECT_EQ(loss.scalar_type(), at::kFloat);
+    EXPECT_NEAR(loss.item<double>(), kd_reference(s, t, T), 1e-5) << "T=" << T;
+  }
+}
+
+TEST(KdLoss, ZeroWhenStudentEqualsTeacher) {
+  at::Tensor s = randn({8, 5}, 3, 4.0);
+  EXPECT_NEAR(distill::kd_loss(s, s.clone(), 4.0).item<double>(), 0.0, 1e-6);
+  EXPECT_GT(distill::kd_loss(s, randn({8, 5}, 4), 4.0).item<double>(), 1e-3);
+}
+
+TEST(KdLoss, GradientIsAnalyticAndReachesStudentOnly) {
+  const double T = 3.0;
+  at::Tensor s = leaf(randn({6, 7}, 5, 2.0)), t = leaf(randn({6, 7}, 6, 2.0));
+  distill::kd_loss(s, t, T).backward();
+  at::Tensor expected = (at::softmax(s.detach() / T, 1) - at::softmax(t.detach() / T, 1)) * T / s.size(0);
+  ASSERT_TRUE(s.grad().defined());
+  EXPECT_LT((s.grad() - expected).abs().max().item<double>(), 1e-6);
+  EXPECT_FALSE(t.grad().defined()) << "the teacher's logits must be detached";
+}
+
+TEST(KdLoss, GradientMatchesFiniteDifferences) {
+  const double T = 2.0, eps = 1e-2;
+  at::Tensor s0 = randn({3, 4}, 7), t = randn({3, 4}, 8);
+  at::Tensor s = leaf(s0);
+  distill::kd_loss(s, t, T).backward();
+  for (int64_t i = 0; i < 3; ++i)
+    for (int64_t j = 0; j < 4; ++j) {
+      at::Tensor plus = s0.clone(), minus = s0.clone();
+      plus[i][j] += eps;
+      minus[i][j] -= eps;
+      double fd = (kd_reference(plus, t, T) - kd_reference(minus, t, T)) / (2 * eps);
+      EXPECT_NEAR(s.grad()[i][j].item<double>(), fd, 1e-4) << i << "," << j;
+    }
+}
+
+TEST(KdLoss, ComputesInFloat32WhateverTheInputDtype) {
+  at::Tensor s = randn({4, 3}, 9), t = randn({4, 3}, 10);
+  at::Tensor a = distill::kd_loss(s.to(at::kDouble), t.to(at::kHalf).to(at::kDouble), 2.0);
+  at::Tensor b = distill::kd_loss(s, t.to(at::kHalf), 2.0);
+  EXPECT_EQ(a.scalar_type(), at::kFloat);
+  EXPECT_EQ(a.item<float>(), b.item<float>());
+}
+
+TEST(KdLoss, RejectsBadTemperatureAndShapes) {
+  at::Tensor s = randn({4, 3}, 1), t = randn({4, 3}, 2);
+  EXPECT_NE(error_of([&] { distill::kd_loss(s, t, 0.0); }).find("temperature must be"), std::string::npos);
+  EXPECT_NE(error_of([&] { distill::kd_loss(s, t, -1.0); }).find("-1"), std::string::npos);
+  EXPECT_NE(error_of([&] { distill::kd_loss(s, randn({4, 5}, 2), 1.0); }).find("[4, 5]"), std::string::npos);
+  EXPECT_NE(error_of([&] { distill::kd_loss(randn({4}, 1), randn({4}, 2), 1.0); }).find("[N, C]"),
+            std::string::npos);
+}
+
+TEST(MixedKdLoss, AlphaZeroIsCrossEntropyAndAlphaOneIsKd) {
+  at::Tensor s = randn({8, 5}, 11, 2.0), t = randn({8, 5}, 12, 2.0);
+  at::Tensor y = at::randint(0, 5, {8}, at::make_generator<at::CPUGeneratorImpl>(13), at::kLong);
+  at::Tensor ce = at::cross_entropy_loss(s, y);
+  at::Tensor kd = distill::kd_loss(s, t, 4.0);
+  EXPECT_TRUE(at::equal(distill::mixed_kd_loss(s, t, y, 4.0, 0.0), ce));
+  EXPECT_TRUE(at::equal(distill::mixed_kd_loss(s, t, y, 4.0, 1.0), kd));
+  EXPECT_TRUE(at::equal(distill::mixed_kd_loss(s, t, at::Tensor(), 4.0, 1.0), kd)) << "alpha=1 needs no labels";
+  EXPECT_NEAR(distill::mixed_kd_loss(s, t, y, 4.0, 0.3).item<double>(),
+              0.3 * kd.item<double>() + 0.7 * ce.item<double>(), 1e-6);
+}
+
+TEST(MixedKdLoss, RejectsBadAlphaAndLabels) {
+  at::Tensor s = randn({4, 3}, 1), t = randn({4, 3}, 2);
+  at::Tensor y = at::tensor({0, 1, 2, 1}, at::kLong);
+  EXPECT_NE(error_of([&] { distill::mixed_kd_loss(s, t, y, 2.0, 1.5); }).find("alpha"), std::string::npos);
+  EXPECT_NE(error_of([&] { distill::mixed_kd_loss(s, t, at::Tensor(), 2.0, 0.5); }).find("requires labels"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { distill::mixed_kd_loss(s, t, at::tensor({0, 1, 3, 1}, at::kLong), 2.0, 0.5); })
+                .find("[0, 3]"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { distill::mixed_kd_loss(s, t, y.view({2, 2}), 2.0, 0.5); }).find("[N]"),
+            std::string::npos);
+}
+
+// ---- mse / cosine ----------------------------------------------------------------------------------
+
+TEST(LogitsMseLoss, MeanOfSquaredDifferences) {
+  at::Tensor s = at::tensor({1.0f, 2.0f, 3.0f, 4.0f}).view({2, 2});
+  at::Tensor t = at::tensor({1.0f, 0.0f, 3.0f, 0.0f}).view({2, 2});
+  EXPECT_FLOAT_EQ(distill::logits_mse_loss(s, t).item<float>(), (4.0f + 16.0f) / 4.0f);
+  EXPECT_NE(error_of([&] { distill::logits_mse_loss(s, t.view({4})); }).find("same shape"), std::string::npos);
+}
+
+TEST(CosineLoss, OneMinusCosineAveragedOverRows) {
+  at::Tensor s = at::tensor({1.0f, 0.0f, 0.0f, 1.0f, 2.0f, 2.0f}).view({3, 2});
+  at::Tensor t = at::tensor({3.0f, 0.0f, 1.0f, 0.0f, -1.0f, -1.0f}).view({3, 2});
+  // cos = 1, 0, -1  ->  1 - cos = 0, 1, 2
+  EXPECT_NEAR(distill::cosine_loss(s, t).item<double>(), 1.0, 1e-6);
+  // Rows of rank-4 values are flattened: a scaled copy is at distance 0.
+  at::Tensor f = randn({2, 3, 4, 4}, 3);
+  EXPECT_NEAR(distill::cosine_loss(f, f * 2.5).item<double>(), 0.0, 1e-6);
+  at::Tensor fs = leaf(f);
+  distill::cosine_loss(fs, randn({2, 3, 4, 4}, 4)).backward();
+  EXPECT_GT(fs.grad().abs().sum().item<double>(), 0.0);
+}
+
+// ---- attention transfer ----------------------------------------------------------------------------
+
+TEST(AttentionTransferLoss, ZeroForEqualMapsPositiveOtherwise) {
+  at::Tensor a = at::softmax(randn({2, 4, 5, 5}, 1, 2.0), -1);
+  at::Tensor b = at::softmax(randn({2, 4, 5, 5}, 2, 2.0), -1);
+  EXPECT_NEAR(distill::attention_transfer_loss(a, a.clone()).item<double>(), 0.0, 1e-6);
+  at::Tensor s = leaf(a);
+  at::Tensor loss = distill::attention_transfer_loss(s, b);
+  // KL(b || a) per row, mean over the 2*4*5 rows.
+  double expected = ((b * (b.log() - a.log())).sum() / 40).item<double>();
+  EXPECT_NEAR(loss.item<double>(), expected, 1e-6);
+  loss.backward();
+  EXPECT_GT(s.grad().abs().sum().item<double>(), 0.0);
+}
+
+TEST(AttentionTransferLoss, AveragesOverHeadsWhenHeadCountsDiffer) {
+  at::Tensor t = at::softmax(randn({2, 6, 4, 4}, 3), -1);
+  at::Tensor s = at::softmax(randn({2, 2, 4, 4}, 4), -1);
+  at::Tensor tm = t.mean(1, true), sm = s.mean(1, true);
+  double expected = ((tm * (tm.log() - sm.log())).sum() / 8).item<double>();
+  EXPECT_NEAR(distill::attention_transfer_loss(s, t).item<double>(), expected, 1e-6);
+  // Same average over heads: zero loss even though the heads differ.
+  EXPECT_NEAR(distill::attention_transfer_loss(tm.expand({2, 3, 4, 4}), t).item<double>(), 0.0, 1e-6);
+  EXPECT_NE(error_of([&] { distill::attention_transfer_loss(s, at::softmax(randn({2, 6, 5, 5}, 3), -1)); })
+                .find("sequence lengths"),
+            std::string::npos);
+}
+
+TEST(AttentionTransferLoss, FiniteWhenStudentUnderflows) {
+  at::Tensor t = at::full({1, 1, 2, 2}, 0.5);
+  at::Tensor s = at::tensor({1.0f, 0.0f, 0.0f, 1.0f}).view({1, 1, 2, 2});
+  EXPECT_TRUE(std::isfinite(distill::attention_transfer_loss(s, t).item<double>()));
+}
+
+// ---- hints -----------------------------------------------------------------------------------------
+
+TEST(HintProjection, LinearForFlatAndSequenceValues) {
+  HintProjection p(randn({4, 8}, 1), randn({4, 16}, 2), 7);
+  EXPECT_EQ(p.kind(), HintProjection::Kind::kLinear);
+  EXPECT_EQ(p.project(randn({3, 8}, 3)).sizes(), at::IntArrayRef({3, 16}));
+  ASSERT_EQ(p.parameters().size(), 2u);
+  EXPECT_EQ(p.parameters()[0].sizes(), at::IntArrayRef({16, 8}));
+  EXPECT_LE(p.parameters()[0].abs().max().item<double>(), 1.0 / std::sqrt(8.0));
+
+  HintProjection q(randn({2, 5, 8}, 1), randn({2, 5, 12}, 2), 7);
+  EXPECT_EQ(q.kind(), HintProjection::Kind::kLinear);
+  EXPECT_EQ(q.project(randn({2, 5, 8}, 3)).sizes(), at::IntArrayRef({2, 5, 12}));
+  EXPECT_NE(error_of([&] { HintProjection(randn({2, 5, 8}, 1), randn({2, 6, 12}, 2), 0); }).find("sequence length"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { q.project(randn({2, 5, 9}, 3)); }).find("[2, 5, 9]"), std::string::npos);
+}
+
+TEST(HintProjection, Conv1x1AndPoolingForImages) {
+  HintProjection p(randn({2, 4, 8, 8}, 1), randn({2, 6, 4, 4}, 2), 3);
+  EXPECT_EQ(p.kind(), HintProjection::Kind::kConv1x1);
+  EXPECT_EQ(p.project(randn({2, 4, 8, 8}, 3)).sizes(), at::IntArrayRef({2, 6, 4, 4}));
+  EXPECT_EQ(p.parameters()[0].sizes(), at::IntArrayRef({6, 4, 1, 1}));
+
+  // Same channels, different spatial size: pooling only.
+  HintProjection q(randn({2, 4, 8, 8}, 1), randn({2, 4, 2, 2}, 2), 3);
+  EXPECT_EQ(q.kind(), HintProjection::Kind::kIdentity);
+  at::Tensor x = randn({2, 4, 8, 8}, 4);
+  EXPECT_TRUE(at::allclose(q.project(x), at::adaptive_avg_pool2d(x, {2, 2})));
+  EXPECT_NE(error_of([&] { HintProjection(randn({2, 4, 8, 8}, 1), randn({2, 16}, 2), 0); }).find("same rank"),
+            std::string::npos);
+}
+
+TEST(HintProjection, IdentityWhenShapesMatch) {
+  HintProjection p(randn({2, 3, 8}, 1), randn({2, 3, 8}, 2), 0);
+  EXPECT_EQ(p.kind(), HintProjection::Kind::kIdentity);
+  EXPECT_TRUE(p.parameters().empty());
+  at::Tensor x = randn({2, 3, 8}, 3);
+  EXPECT_TRUE(at::equal(p.project(x), x));
+  EXPECT_NEAR(distill::hint_loss(x, x.clone(), p).item<double>(), 0.0, 0.0);
+}
+
+TEST(HintProjection, ParametersAndStudentGetGradients) {
+  HintProjection p(randn({4, 3, 6, 6}, 1), randn({4, 5, 3, 3}, 2), 9);
+  at::Tensor s = leaf(randn({4, 3, 6, 6}, 3));
+  at::Tensor t = leaf(randn({4, 5, 3, 3}, 4));
+  at::Tensor loss = distill::hint_loss(s, t, p);
+  loss.backward();
+  for (const auto& w : p.parameters()) {
+    ASSERT_TRUE(w.grad().defined());
+    EXPECT_GT(w.grad().abs().sum().item<double>(), 0.0);
+  }
+  EXPECT_GT(s.grad().abs().sum().item<double>(), 0.0);
+  EXPECT_FALSE(t.grad().defined());
+  // Matches the explicit computation.
+  at::Tensor ref = at::conv2d(at::adaptive_avg_pool2d(s.detach(), {3, 3}), p.parameters()[0].detach(),
+                              p.parameters()[1].detach());
+  EXPECT_NEAR(loss.item<double>(), (ref - t.detach()).pow(2).mean().item<double>(), 1e-6);
+}
+
+TEST(HintProjection, SeededAndRestoredFromState) {
+  at::Tensor s = randn({2, 8}, 1), t = randn({2, 4}, 2);
+  HintProjection a(s, t, 5), b(s, t, 5), c(s, t, 6);
+  EXPECT_TRUE(at::equal(a.parameters()[0], b.parameters()[0]));
+  EXPECT_FALSE(at::equal(a.parameters()[0], c.parameters()[0]));
+  at::Tensor handle = c.parameters()[0];
+  c.load_state(a.state());
+  EXPECT_TRUE(at::equal(handle, a.parameters()[0])) << "loaded in place, optimizer handles stay valid";
+  EXPECT_TRUE(at::equal(c.parameters()[1], a.parameters()[1]));
+  EXPECT_NE(error_of([&] { c.load_state({{"weight", at::zeros({4, 9})}, {"bias", at::zeros({4})}}); })
+                .find("[4, 9]"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { c.load_state({{"weight", at::zeros({4, 8})}}); }).find("\"bias\""), std::string::npos);
+}
+
+// ---- options and the combined loss -----------------------------------------------------------------
+
+TEST(DistillLossOptions, DefaultsAndValidation) {
+  distill::DistillLossOptions o;
+  EXPECT_EQ(o.temperature_, 4.0);
+  EXPECT_EQ(o.alpha_, 0.9);
+  EXPECT_NEAR(o.ce_weight(), 0.1, 1e-12);
+  EXPECT_NO_THROW(o.validate());
+  auto err = [](const distill::DistillLossOptions& opts) { return error_of([&] { opts.validate(); }); };
+  EXPECT_NE(err(distill::DistillLossOptions().temperature(0)).find("temperature"), std::string::npos);
+  EXPECT_NE(err(distill::DistillLossOptions().temperature(-2)).find("temperature"), std::string::npos);
+  EXPECT_NE(err(distill::DistillLossOptions().alpha(-0.1)).find("alpha"), std::string::npos);
+  EXPECT_NE(err(distill::DistillLossOptions().alpha(1.1)).find("alpha"), std::string::npos);
+  EXPECT_NE(err(distill::DistillLossOptions().mse_weight(-1)).find("MSE weight"), std::string::npos);
+  EXPECT_NE(err(distill::DistillLossOptions().cosine_weight(-1)).find("cosine"), std::string::npos);
+  EXPECT_NE(err(distill::DistillLossOptions().hint("a", "b", -1)).find("hint weight"), std::string::npos);
+  EXPECT_NE(err(distill::DistillLossOptions().attention("a", "b", -1)).find("attention weight"), std::string::npos);
+  EXPECT_NE(err(distill::DistillLossOptions().hint("a", "")).find("value name"), std::string::npos);
+  EXPECT_NE(err(distill::DistillLossOptions().hint("a", "b").hint("a", "b")).find("twice"), std::string::npos);
+  EXPECT_THROW(distill::DistillLoss(distill::DistillLossOptions().alpha(2)), InputError);
+}
+
+TEST(DistillLoss, DefaultIsTheMixedKdLoss) {
+  at::Tensor s = randn({8, 10}, 1, 2.0), t = randn({8, 10}, 2, 2.0);
+  at::Tensor y = at::randint(0, 10, {8}, at::make_generator<at::CPUGeneratorImpl>(3), at::kLong);
+  distill::DistillLoss loss(distill::DistillLossOptions().temperature(3).alpha(0.7));
+  auto parts = loss.compute({{"logits", s}}, {{"out", t}}, y, "logits", "out");
+  EXPECT_TRUE(at::equal(parts.total, distill::mixed_kd_loss(s, t, y, 3, 0.7)));
+  EXPECT_EQ(parts.parts.size(), 2u);
+  EXPECT_NEAR(parts.parts.at("kd"), distill::kd_loss(s, t, 3).item<double>(), 1e-7);
+  EXPECT_NEAR(parts.parts.at("ce"), at::cross_entropy_loss(s, y).item<double>(), 1e-7);
+  EXPECT_TRUE(loss.student_values_needed().empty());
+  EXPECT_NE(error_of([&] { loss.compute({{"logits", s}}, {{"out", t}}, y, "logits", "logits"); })
+                .find("teacher value \"logits\". However, the teacher returned only: out"),
+            std::string::npos);
+}
+
+TEST(DistillLoss, CombinesEveryTermOnTransformers) {
+  // A 4-head d=32 teacher and a 2-head d=16 student: attention maps averaged over heads, hints
+  // through a linear map 16 -> 32.
+  core::Module teacher(core::build_zoo_model("transformer:vocab=30,d=32,heads=4,layers=1,classes=3,seq=6", 1));
+  core::Module student(core::build_zoo_model("transformer:vocab=30,d=16,heads=2,layers=1,classes=3,seq=6", 2));
+  auto opts = distill::DistillLossOptions()
+                  .temperature(2)
+                  .alpha(0.5)
+                  .mse_weight(0.1)
+                  .cosine_weight(0.2)
+                  .hint("layer0.ffn_residual", "layer0.ffn_residual", 0.5)
+                  .attention("layer0.attn.softmax", "layer0.attn.softmax", 2.0)
+                  .seed(11);
+  distill::DistillLoss loss(opts);
+  EXPECT_EQ(loss.student_values_needed(), (std::vector<std::string>{"layer0.ffn_residual", "layer0.attn.softmax"}));
+  EXPECT_EQ(loss.teacher_values_needed(), loss.student_values_needed());
+
+  at::Tensor x = at::randint(0, 30, {4, 6}, at::make_generator<at::CPUGeneratorImpl>(4), at::kLong);
+  at::Tensor y = at::tensor({0, 1, 2, 1}, at::kLong);
+  auto tv = teacher.forward_values({x}, loss.teacher_values_needed());
+  auto sv = student.forward_values({x}, loss.student_values_needed());
+  EXPECT_TRUE(loss.parameters().empty());
+  loss.prepare(sv, tv);
+  ASSERT_EQ(loss.parameters().size(), 2u);
+  EXPECT_EQ(loss.parameters()[0].sizes(), at::IntArrayRef({32, 16}));
+
+  auto parts = loss.compute(sv, tv, y, "logits", "logits");
+  const std::string hint = "hint:layer0.ffn_residual:layer0.ffn_residual";
+  const std::string attn = "attn:layer0.attn.softmax:layer0.attn.softmax";
+  ASSERT_EQ(parts.parts.size(), 6u);
+  double expected = 0.5 * parts.parts.at("kd") + 0.5 * parts.parts.at("ce") + 0.1 * parts.parts.at("mse") +
+                    0.2 * parts.parts.at("cosine") + 0.5 * parts.parts.at(hint) + 2.0 * parts.parts.at(attn);
+  EXPECT_NEAR(parts.total.item<double>(), expected, 1e-5);
+  EXPECT_GT(parts.parts.at(attn), 0.0);
+
+  parts.total.backward();
+  for (const auto& w : loss.parameters()) EXPECT_GT(w.grad().abs().sum().item<double>(), 0.0);
+  for (const auto& w : teacher.parameters()) EXPECT_FALSE(w.grad().defined());
+  int with_grad = 0;
+  for (const auto& w : student.parameters()) with_grad += w.grad().defined();
+  EXPECT_EQ(with_grad, static_cast<int>(student.parameters().size()));
+
+  // Checkpoint round trip: a fresh loss with another seed takes the saved projection.
+  auto state = loss.state();
+  ASSERT_EQ(state.size(), 2u);
+  EXPECT_TRUE(state.count(hint + ".weight"));
+  distill::DistillLoss restored(distill::DistillLossOptions(opts).seed(99));
+  restored.load_state(state);  // before prepare: applied by prepare
+  restored.prepare(sv, tv);
+  EXPECT_TRUE(at::equal(restored.parameters()[0], loss.parameters()[0]));
+  EXPECT_NE(error_of([&] { restored.load_state({{"hint:a:b.weight", at::zeros({1})}}); }).find("hint:a:b.weight"),
+            std::string::npos);
+}
+
+TEST(DistillLoss, NamesTheHintThatCannotBeBridged) {
+  distill::DistillLoss loss(distill::DistillLossOptions().hint("t_feat", "s_feat"));
+  std::string msg = error_of([&] { loss.prepare({{"s_feat", randn({2, 4}, 1)}}, {{"t_feat", randn({2, 3, 4}, 2)}}); });
+  EXPECT_NE(msg.find("hint:t_feat:s_feat"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("same rank"), std::string::npos) << msg;
+}
+
+// ---- peer check, driven by tests/peer/kd_loss_test.sh ----------------------------------------------
+//
+// PARE_KD_PEER_DIR holds cases.txt ("name temperature alpha" per line) and <name>.s.npy, .t.npy
+// (float32 logits [N, C]) and .y.npy (int64 labels). Writes <name>.kd.npy, .kd_grad.npy, .mixed.npy
+// and .mixed_grad.npy (the losses and their gradients wrt the student logits) for PyTorch to check.
+TEST(KdLossPeer, FromFiles) {
+  const char* dir_env = std::getenv("PARE_KD_PEER_DIR");
+  if (!dir_env || !*dir_env) GTEST_SKIP() << "PARE_KD_PEER_DIR is unset (tests/peer/kd_loss_test.sh sets it)";
+  const std::string dir = dir_env;
+  std::ifstream cases(dir + "/cases.txt");
+  ASSERT_TRUE(cases) << "cannot read " << dir << "/cases.txt";
+  std::string line;
+  int n = 0;
+  while (std::getline(cases, line)) {
+    std::istringstream is(line);
+    std::string name;
+    double T = 0, alpha = 0;
+    if (!(is >> name >> T >> alpha)) continue;
+    const std::string base = dir + "/" + name;
+    at::Tensor s = core::load_npy(base + ".s.npy"), t = core::load_npy(base + ".t.npy");
+    at::Tensor y = core::load_npy(base + ".y.npy");
+
+    at::Tensor sk = leaf(s);
+    at::Tensor kd = distill::kd_loss(sk, t, T);
+    kd.backward();
+    core::save_npy(kd.detach(), base + ".kd.npy");
+    core::save_npy(sk.grad(), base + ".kd_grad.npy");
+
+    at::Tensor sm = leaf(s);
+    at::Tensor mixed = distill::mixed_kd_loss(sm, t, y, T, alpha);
+    mixed.backward();
+    core::save_npy(mixed.detach(), base + ".mixed.npy");
+    core::save_npy(sm.grad(), base + ".mixed_grad.npy");
+    ++n;
+  }
+  EXPECT_GT(n, 0) << "no cases in " << dir << "/cases.txt";
+}

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Peer test: pare's KD loss equals PyTorch's F.kl_div(F.log_softmax(s/T, 1), F.softmax(t/T, 1),
+# reduction='batchmean') * T*T, and the mixed loss alpha*KD + (1-alpha)*CE equals PyTorch's, within
+# 1e-6 on random float32 logits (several batch sizes, class counts, T and alpha), gradients wrt the
+# student logits too; checked against torch in float32 and in float64.
+#
+# There is no CLI command for the loss alone, so the C++ side is the gtest KdLossPeer.FromFiles in
+# $PARE_BUILD_DIR/tests/distill_tests, driven by files through PARE_KD_PEER_DIR.
+# Env: PARE_BUILD_DIR (ctest sets it). Needs /usr/bin/python3 with torch and numpy (Debian
+# python3-torch); exits 77 (skipped) without them.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+PY=/usr/bin/python3
+tests=${PARE_BUILD_DIR:?set PARE_BUILD_DIR to the build folder}/tests/distill_tests
+
+if ! "$PY" -c 'import torch, numpy' 2>/dev/null; then
+  echo "SKIP: $PY cannot import torch and numpy (apt-get install python3-torch)"
+  exit 77
+fi
+if [[ ! -x "$tests" ]]; then
+  echo "FAIL: $tests is missing (build the distill_tests target)"
+  exit 1
+fi
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/pare-kd-loss.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+
+echo "== random logits into $tmp (torch $("$PY" -c 'import torch; print(torch.__version__)'))"
+"$PY" "$here/kd_loss_peer.py" gen "$tmp"
+
+rc=0
+PARE_KD_PEER_DIR="$tmp" "$tests" --gtest_filter=KdLossPeer.FromFiles >"$tmp/gtest.txt" 2>&1 || rc=$?
+if ((rc != 0)) || ! grep -q '\[  PASSED  \] 1 test' "$tmp/gtest.txt"; then
+  echo "FAIL: $tests --gtest_filter=KdLossPeer.FromFiles (exit $rc):"
+  cat "$tmp/gtest.txt"
+  exit 1
+fi
+
+if ! "$PY" "$here/kd_loss_peer.py" check "$tmp"; then
+  echo "FAILED: pare's KD / mixed loss differs from PyTorch's"
+  exit 1
+fi
+echo "PASSED: pare's KD and mixed losses and their gradients match PyTorch"
