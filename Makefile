@@ -31,7 +31,7 @@ test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 1500
 
 bench: build
-	bench/train_throughput.sh $(BUILD)/cli/pare
+	PARE=$(BUILD)/cli/pare bench/train_throughput.sh
 
 clean:
 	rm -rf $(BUILD) $(STAMP)

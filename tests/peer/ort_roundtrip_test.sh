@@ -12,7 +12,7 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 src=${PARE_SOURCE_DIR:-$(cd "$here/../.." && pwd)}
 PARE=${PARE:?set PARE to the pare binary}
-PY=/usr/bin/python3
+PY=${PARE_PEER_PYTHON:-/usr/bin/python3}  # Debian python3 with python3-torch; `python3` may be another
 ATOL=1e-5   # max |pare - ort| <= ATOL * max(1, max|ort|)
 
 if ! "$PY" -c 'import numpy, onnx' 2>/dev/null; then

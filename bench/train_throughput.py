@@ -1,0 +1,242 @@
+#!/usr/bin/python3
+"""Training throughput: pare vs the same loop in PyTorch, on Fashion-MNIST.
+
+    /usr/bin/python3 bench/train_throughput.py [--pare PATH] [--models cnn,mlp:784-300-100-10]
+        [--batch 128] [--steps 300] [--warmup 20] [--threads 2] [--repeats 1] [--json FILE]
+
+For each model it measures, side by side in one run:
+  - pare: `pare train --model SPEC --data fashion-mnist --max-steps N --no-val --quiet --json
+    --threads T`. pare's samples_per_s counts every step from the first, so pare is run twice,
+    with WARMUP and WARMUP+STEPS steps, and the steady-state figure is the difference
+    STEPS*BATCH / (seconds(WARMUP+STEPS) - seconds(WARMUP)); the figure pare itself reports for
+    the long run is shown too.
+  - PyTorch (/usr/bin/python3, torch.set_num_threads(T)): the equivalent torch.nn model (written
+    out by hand after core/zoo.cpp), Adam(lr=1e-3), cross-entropy, the same per-step work as
+    pare's Trainer (loss.item() every step, train-accuracy count), batches gathered from the
+    in-memory dataset by a shuffled permutation; WARMUP untimed steps then STEPS timed ones. Run
+    in a fresh process twice: with glibc malloc out of the box, and with
+    MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=4294967296 MALLOC_TOP_PAD_=268435456
+    (docs: DESIGN.md, "Performance notes"; pare sets the same with mallopt at start-up).
+OPENBLAS_* and other environment variables are passed through unchanged.
+"""
+import argparse
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+FMNIST_DIR = "/usr/share/datasets/fashion-mnist"
+TUNED_MALLOC = {
+    "MALLOC_MMAP_THRESHOLD_": "33554432",
+    "MALLOC_TRIM_THRESHOLD_": "4294967296",
+    "MALLOC_TOP_PAD_": "268435456",
+}
+
+
+# ---- PyTorch side (runs in a child process: `train_throughput.py --torch-worker ...`) ----------
+
+def load_idx(path):
+    import numpy as np
+    with gzip.open(path, "rb") as f:
+        data = f.read()
+    ndim = data[3]
+    dims = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim)]
+    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
+
+
+def torch_model(spec):
+    """The zoo model `spec` (core/zoo.cpp) as torch.nn, with PyTorch's default initialisation."""
+    import torch.nn as nn
+    if spec.startswith("mlp:"):
+        sizes = [int(s) for s in spec[4:].split(",")[0].split("-")]
+        layers = [nn.Flatten()]
+        for i in range(1, len(sizes)):
+            layers.append(nn.Linear(sizes[i - 1], sizes[i]))
+            if i + 1 < len(sizes):
+                layers.append(nn.ReLU())
+        return nn.Sequential(*layers)
+    if spec == "cnn":
+        def block(cin, cout):
+            return [nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU()]
+        return nn.Sequential(
+            *block(1, 32), nn.MaxPool2d(2),
+            *block(32, 64), *block(64, 64), nn.MaxPool2d(2),
+            nn.Flatten(), nn.Linear(64 * 7 * 7, 256), nn.ReLU(), nn.Dropout(0.3),
+            nn.Linear(256, 10))
+    if spec == "lenet5":
+        return nn.Sequential(
+            nn.Conv2d(1, 6, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(6, 16, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+            nn.Linear(16 * 5 * 5, 120), nn.ReLU(), nn.Linear(120, 84), nn.ReLU(), nn.Linear(84, 10))
+    raise SystemExit(f"train_throughput: no torch.nn equivalent written for zoo model '{spec}'")
+
+
+def torch_worker(args):
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    x_all = torch.from_numpy(
+        load_idx(os.path.join(FMNIST_DIR, "train-images-idx3-ubyte.gz")).astype(np.float32) / 255.0
+    ).unsqueeze(1).contiguous()
+    y_all = torch.from_numpy(
+        load_idx(os.path.join(FMNIST_DIR, "train-labels-idx1-ubyte.gz")).astype(np.int64))
+    model = torch_model(args.model)
+    model.train()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    n = x_all.shape[0]
+    gen = torch.Generator().manual_seed(0)
+    perm, pos = torch.randperm(n, generator=gen), 0
+
+    def step():
+        nonlocal perm, pos
+        if pos + args.batch > n:  # a new epoch (the tail batch is dropped here; pare keeps it)
+            perm, pos = torch.randperm(n, generator=gen), 0
+        idx = perm[pos:pos + args.batch]
+        pos += args.batch
+        x, y = x_all.index_select(0, idx), y_all.index_select(0, idx)
+        logits = model(x)
+        loss = F.cross_entropy(logits, y)
+        loss.item()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        (logits.detach().argmax(1) == y).sum().item()
+
+    for _ in range(args.warmup):
+        step()
+    t0 = time.perf_counter()
+    for _ in range(args.steps):
+        step()
+    secs = time.perf_counter() - t0
+    print(json.dumps({"samples_per_s": args.steps * args.batch / secs, "seconds": secs,
+                      "torch": torch.__version__, "threads": torch.get_num_threads()}))
+
+
+# ---- driver -------------------------------------------------------------------------------------
+
+def run_json(cmd, env=None):
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    if p.returncode != 0:
+        sys.exit(f"train_throughput: command failed (exit {p.returncode}): {' '.join(cmd)}\n"
+                 f"{p.stderr[-3000:]}")
+    lines = [l for l in p.stdout.splitlines() if l.strip().startswith("{")]
+    if not lines:
+        sys.exit(f"train_throughput: no JSON line on stdout from: {' '.join(cmd)}\n{p.stdout[-2000:]}")
+    return json.loads(lines[-1])
+
+
+def measure_pare(args, spec, tmp):
+    def train(steps):
+        per_epoch = -(-60000 // args.batch)
+        epochs = -(-steps // per_epoch)
+        return run_json([args.pare, "train", "--model", spec, "--data", "fashion-mnist",
+                         "--epochs", str(epochs), "--batch-size", str(args.batch), "--lr", "1e-3",
+                         "--optimizer", "adam", "--seed", "0", "--max-steps", str(steps),
+                         "--no-val", "--quiet", "--json", "--threads", str(args.threads),
+                         "--out", os.path.join(tmp, "model.onnx")])
+    short = train(args.warmup)
+    full = train(args.warmup + args.steps)
+    dt = full["seconds"] - short["seconds"]
+    steady = args.steps * args.batch / dt if dt > 0 else float("nan")
+    return {"steady_samples_per_s": steady, "reported_samples_per_s": full["samples_per_s"],
+            "seconds": full["seconds"], "warmup_seconds": short["seconds"]}
+
+
+def measure_torch(args, spec, tuned):
+    env = dict(os.environ)
+    for k in TUNED_MALLOC:
+        env.pop(k, None)
+    if tuned:
+        env.update(TUNED_MALLOC)
+    return run_json([sys.executable, os.path.abspath(__file__), "--torch-worker", "--model", spec,
+                     "--batch", str(args.batch), "--steps", str(args.steps),
+                     "--warmup", str(args.warmup), "--threads", str(args.threads)], env=env)
+
+
+def best(results, key):
+    return max(r[key] for r in results)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--pare", default=os.environ.get("PARE", ""),
+                    help="the pare binary (default: $PARE, else build-peer/cli/pare or build/cli/pare)")
+    ap.add_argument("--models", default="cnn,mlp:784-300-100-10",
+                    help="comma-separated zoo specs among cnn, lenet5, mlp:...")
+    ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--steps", type=int, default=300, help="timed steps")
+    ap.add_argument("--warmup", type=int, default=20, help="untimed steps before")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=1, help="runs of each measurement; best is shown")
+    ap.add_argument("--json", default="", help="also write the results to this file")
+    ap.add_argument("--torch-worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--model", default="", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.torch_worker:
+        return torch_worker(args)
+
+    if not args.pare:
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        for cand in ("build-peer/cli/pare", "build/cli/pare"):
+            if os.access(os.path.join(root, cand), os.X_OK):
+                args.pare = os.path.join(root, cand)
+                break
+    if not args.pare or not os.access(args.pare, os.X_OK):
+        sys.exit("train_throughput: pare binary not found; pass --pare PATH or set PARE")
+    models = [m for m in args.models.split(",") if m]
+    # ',' separates models, so mlp options (mlp:784-300-100-10,in=1) are not supported here.
+    import tempfile
+    tmp = tempfile.mkdtemp(prefix="pare-bench-")
+    rows = []
+    try:
+        print(f"# batch {args.batch}, {args.warmup} warm-up + {args.steps} timed steps, "
+              f"{args.threads} threads, Adam lr 1e-3, Fashion-MNIST; pare: {args.pare}",
+              flush=True)
+        for spec in models:
+            torch_model(spec)  # fail early on a model without a torch equivalent
+            p, d, t = [], [], []
+            for _ in range(args.repeats):
+                p.append(measure_pare(args, spec, tmp))
+                d.append(measure_torch(args, spec, tuned=False))
+                t.append(measure_torch(args, spec, tuned=True))
+            row = {"model": spec, "batch": args.batch, "steps": args.steps, "warmup": args.warmup,
+                   "threads": args.threads,
+                   "pare": best(p, "steady_samples_per_s"),
+                   "pare_reported": best(p, "reported_samples_per_s"),
+                   "torch_default_malloc": best(d, "samples_per_s"),
+                   "torch_tuned_malloc": best(t, "samples_per_s"),
+                   "torch_version": d[0].get("torch", "")}
+            row["ratio_vs_default"] = row["pare"] / row["torch_default_malloc"]
+            row["ratio_vs_tuned"] = row["pare"] / row["torch_tuned_malloc"]
+            rows.append(row)
+            print(f"# {spec}: pare {row['pare']:.0f} samples/s (reported {row['pare_reported']:.0f}),"
+                  f" torch {row['torch_default_malloc']:.0f}, torch tuned malloc"
+                  f" {row['torch_tuned_malloc']:.0f}", flush=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    head = ("model", "batch", "pare samples/s", "(pare reported)", "torch samples/s",
+            "torch tuned malloc", "pare/torch", "pare/torch tuned")
+    table = [head] + [(r["model"], str(r["batch"]), f"{r['pare']:.0f}", f"{r['pare_reported']:.0f}",
+                       f"{r['torch_default_malloc']:.0f}", f"{r['torch_tuned_malloc']:.0f}",
+                       f"{r['ratio_vs_default']:.2f}x", f"{r['ratio_vs_tuned']:.2f}x")
+                      for r in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(head))]
+    for i, row in enumerate(table):
+        print("| " + " | ".join(c.ljust(w) for c, w in zip(row, widths)) + " |")
+        if i == 0:
+            print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
