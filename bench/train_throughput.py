@@ -10,8 +10,8 @@ For each model it measures, side by side in one run:
     with WARMUP and WARMUP+STEPS steps, and the steady-state figure is the difference
     STEPS*BATCH / (seconds(WARMUP+STEPS) - seconds(WARMUP)); the figure pare itself reports for
     the long run is shown too.
-  - PyTorch (/usr/bin/python3, torch.set_num_threads(T)): the equivalent torch.nn model (written
-    out by hand after core/zoo.cpp), Adam(lr=1e-3), cross-entropy, the same per-step work as
+  - PyTorch (/usr/bin/python3, torch.set_num_threads(T)): the equivalent torch.nn model
+    (bench_util.torch_model, written out by hand after core/zoo.cpp), Adam(lr=1e-3), cross-entropy, the same per-step work as
     pare's Trainer (loss.item() every step, train-accuracy count), batches gathered from the
     in-memory dataset by a shuffled permutation; WARMUP untimed steps then STEPS timed ones. Run
     in a fresh process twice: with glibc malloc out of the box, and with
@@ -20,73 +20,26 @@ For each model it measures, side by side in one run:
 OPENBLAS_* and other environment variables are passed through unchanged.
 """
 import argparse
-import gzip
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 
-FMNIST_DIR = "/usr/share/datasets/fashion-mnist"
-TUNED_MALLOC = {
-    "MALLOC_MMAP_THRESHOLD_": "33554432",
-    "MALLOC_TRIM_THRESHOLD_": "4294967296",
-    "MALLOC_TOP_PAD_": "268435456",
-}
+from bench_util import (best, find_pare, load_fmnist_torch, measure_pare_train, print_table,
+                        run_json, torch_env, torch_model)
 
 
 # ---- PyTorch side (runs in a child process: `train_throughput.py --torch-worker ...`) ----------
 
-def load_idx(path):
-    import numpy as np
-    with gzip.open(path, "rb") as f:
-        data = f.read()
-    ndim = data[3]
-    dims = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim)]
-    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
-
-
-def torch_model(spec):
-    """The zoo model `spec` (core/zoo.cpp) as torch.nn, with PyTorch's default initialisation."""
-    import torch.nn as nn
-    if spec.startswith("mlp:"):
-        sizes = [int(s) for s in spec[4:].split(",")[0].split("-")]
-        layers = [nn.Flatten()]
-        for i in range(1, len(sizes)):
-            layers.append(nn.Linear(sizes[i - 1], sizes[i]))
-            if i + 1 < len(sizes):
-                layers.append(nn.ReLU())
-        return nn.Sequential(*layers)
-    if spec == "cnn":
-        def block(cin, cout):
-            return [nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU()]
-        return nn.Sequential(
-            *block(1, 32), nn.MaxPool2d(2),
-            *block(32, 64), *block(64, 64), nn.MaxPool2d(2),
-            nn.Flatten(), nn.Linear(64 * 7 * 7, 256), nn.ReLU(), nn.Dropout(0.3),
-            nn.Linear(256, 10))
-    if spec == "lenet5":
-        return nn.Sequential(
-            nn.Conv2d(1, 6, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(6, 16, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
-            nn.Linear(16 * 5 * 5, 120), nn.ReLU(), nn.Linear(120, 84), nn.ReLU(), nn.Linear(84, 10))
-    raise SystemExit(f"train_throughput: no torch.nn equivalent written for zoo model '{spec}'")
-
-
 def torch_worker(args):
-    import numpy as np
     import torch
     import torch.nn.functional as F
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    x_all = torch.from_numpy(
-        load_idx(os.path.join(FMNIST_DIR, "train-images-idx3-ubyte.gz")).astype(np.float32) / 255.0
-    ).unsqueeze(1).contiguous()
-    y_all = torch.from_numpy(
-        load_idx(os.path.join(FMNIST_DIR, "train-labels-idx1-ubyte.gz")).astype(np.int64))
-    model = torch_model(args.model)
+    x_all, y_all = load_fmnist_torch("train")
+    model = torch_model(args.model, "train_throughput")
     model.train()
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     n = x_all.shape[0]
@@ -120,47 +73,16 @@ def torch_worker(args):
 
 # ---- driver -------------------------------------------------------------------------------------
 
-def run_json(cmd, env=None):
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    if p.returncode != 0:
-        sys.exit(f"train_throughput: command failed (exit {p.returncode}): {' '.join(cmd)}\n"
-                 f"{p.stderr[-3000:]}")
-    lines = [l for l in p.stdout.splitlines() if l.strip().startswith("{")]
-    if not lines:
-        sys.exit(f"train_throughput: no JSON line on stdout from: {' '.join(cmd)}\n{p.stdout[-2000:]}")
-    return json.loads(lines[-1])
-
-
 def measure_pare(args, spec, tmp):
-    def train(steps):
-        per_epoch = -(-60000 // args.batch)
-        epochs = -(-steps // per_epoch)
-        return run_json([args.pare, "train", "--model", spec, "--data", "fashion-mnist",
-                         "--epochs", str(epochs), "--batch-size", str(args.batch), "--lr", "1e-3",
-                         "--optimizer", "adam", "--seed", "0", "--max-steps", str(steps),
-                         "--no-val", "--quiet", "--json", "--threads", str(args.threads),
-                         "--out", os.path.join(tmp, "model.onnx")])
-    short = train(args.warmup)
-    full = train(args.warmup + args.steps)
-    dt = full["seconds"] - short["seconds"]
-    steady = args.steps * args.batch / dt if dt > 0 else float("nan")
-    return {"steady_samples_per_s": steady, "reported_samples_per_s": full["samples_per_s"],
-            "seconds": full["seconds"], "warmup_seconds": short["seconds"]}
+    return measure_pare_train(args.pare, spec, args.batch, args.warmup, args.steps, args.threads, tmp,
+                              "train_throughput")
 
 
 def measure_torch(args, spec, tuned):
-    env = dict(os.environ)
-    for k in TUNED_MALLOC:
-        env.pop(k, None)
-    if tuned:
-        env.update(TUNED_MALLOC)
     return run_json([sys.executable, os.path.abspath(__file__), "--torch-worker", "--model", spec,
                      "--batch", str(args.batch), "--steps", str(args.steps),
-                     "--warmup", str(args.warmup), "--threads", str(args.threads)], env=env)
-
-
-def best(results, key):
-    return max(r[key] for r in results)
+                     "--warmup", str(args.warmup), "--threads", str(args.threads)],
+                    env=torch_env(tuned), who="train_throughput")
 
 
 def main():
@@ -181,14 +103,7 @@ def main():
     if args.torch_worker:
         return torch_worker(args)
 
-    if not args.pare:
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        for cand in ("build-peer/cli/pare", "build/cli/pare"):
-            if os.access(os.path.join(root, cand), os.X_OK):
-                args.pare = os.path.join(root, cand)
-                break
-    if not args.pare or not os.access(args.pare, os.X_OK):
-        sys.exit("train_throughput: pare binary not found; pass --pare PATH or set PARE")
+    args.pare = find_pare(args.pare, "train_throughput")
     models = [m for m in args.models.split(",") if m]
     # ',' separates models, so mlp options (mlp:784-300-100-10,in=1) are not supported here.
     import tempfile
@@ -199,7 +114,7 @@ def main():
               f"{args.threads} threads, Adam lr 1e-3, Fashion-MNIST; pare: {args.pare}",
               flush=True)
         for spec in models:
-            torch_model(spec)  # fail early on a model without a torch equivalent
+            torch_model(spec, "train_throughput")  # fail early on a model without a torch equivalent
             p, d, t = [], [], []
             for _ in range(args.repeats):
                 p.append(measure_pare(args, spec, tmp))
@@ -223,15 +138,10 @@ def main():
 
     head = ("model", "batch", "pare samples/s", "(pare reported)", "torch samples/s",
             "torch tuned malloc", "pare/torch", "pare/torch tuned")
-    table = [head] + [(r["model"], str(r["batch"]), f"{r['pare']:.0f}", f"{r['pare_reported']:.0f}",
-                       f"{r['torch_default_malloc']:.0f}", f"{r['torch_tuned_malloc']:.0f}",
-                       f"{r['ratio_vs_default']:.2f}x", f"{r['ratio_vs_tuned']:.2f}x")
-                      for r in rows]
-    widths = [max(len(row[i]) for row in table) for i in range(len(head))]
-    for i, row in enumerate(table):
-        print("| " + " | ".join(c.ljust(w) for c, w in zip(row, widths)) + " |")
-        if i == 0:
-            print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    print_table(head, [(r["model"], str(r["batch"]), f"{r['pare']:.0f}", f"{r['pare_reported']:.0f}",
+                        f"{r['torch_default_malloc']:.0f}", f"{r['torch_tuned_malloc']:.0f}",
+                        f"{r['ratio_vs_default']:.2f}x", f"{r['ratio_vs_tuned']:.2f}x")
+                       for r in rows])
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=2)

@@ -133,12 +133,8 @@ void Graph::verify() const {
   for (auto& n : nodes) {
     const OpDef* op = reg.find(n.op_type);
     PARE_CHECK(op != nullptr, "graph '", name, "': ", n.describe(), " uses unknown op '", n.op_type,
-               "'", n.domain.empty() ? "" : " (domain '" + n.domain + "')",
-               "; pare supports: ", [&] {
-                 std::string s;
-                 for (auto& x : reg.names()) s += (s.empty() ? "" : " ") + x;
-                 return s;
-               }());
+               "'", n.domain.empty() ? "" : " (domain '" + n.domain + "')", ", which is not among the ",
+               reg.names().size(), " ops pare supports");
     int nin = static_cast<int>(n.inputs.size()), nout = static_cast<int>(n.outputs.size());
     PARE_CHECK(nin >= op->inputs_min && (op->inputs_max < 0 || nin <= op->inputs_max), n.describe(),
                " takes ", op->inputs_min, "..", op->inputs_max < 0 ? std::string("n") : std::to_string(op->inputs_max),
