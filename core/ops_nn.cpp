@@ -479,36 +479,27 @@ void register_nn_ops(OpRegistry& reg) {
     d.doc = "mean over sliding windows; pads count only with count_include_pad=1";
     reg.add(std::move(d));
   }
-  {
+  // GlobalAveragePool / GlobalMaxPool: one reduction over every spatial dim, kept as size 1.
+  auto global_pool = [&reg](const char* name, at::Tensor (*reduce)(const at::Tensor&, at::IntArrayRef),
+                            const char* doc) {
     OpDef d;
-    d.name = "GlobalAveragePool";
-    d.forward = [](const Node& n, const Tensors& in, const RunContext&) -> Tensors {
+    d.name = name;
+    d.forward = [reduce](const Node& n, const Tensors& in, const RunContext&) -> Tensors {
       const at::Tensor& x = in.at(0);
-      PARE_CHECK(x.dim() >= 3, n.describe(), ": GlobalAveragePool needs X [N, C, spatial...], got ",
+      PARE_CHECK(x.dim() >= 3, n.describe(), ": ", n.op_type, " needs X [N, C, spatial...], got ",
                  x.sizes());
       std::vector<int64_t> dims;
       for (int64_t d = 2; d < x.dim(); ++d) dims.push_back(d);
-      return {x.mean(dims, true)};
+      return {reduce(x, dims)};
     };
     d.flops = flops_per_input(1);
-    d.doc = "mean over all spatial dims, keeping them as size 1";
+    d.doc = doc;
     reg.add(std::move(d));
-  }
-  {
-    OpDef d;
-    d.name = "GlobalMaxPool";
-    d.forward = [](const Node& n, const Tensors& in, const RunContext&) -> Tensors {
-      const at::Tensor& x = in.at(0);
-      PARE_CHECK(x.dim() >= 3, n.describe(), ": GlobalMaxPool needs X [N, C, spatial...], got ",
-                 x.sizes());
-      std::vector<int64_t> dims;
-      for (int64_t d = 2; d < x.dim(); ++d) dims.push_back(d);
-      return {at::amax(x, dims, true)};
-    };
-    d.flops = flops_per_input(1);
-    d.doc = "max over all spatial dims, keeping them as size 1";
-    reg.add(std::move(d));
-  }
+  };
+  global_pool("GlobalAveragePool", [](const at::Tensor& x, at::IntArrayRef dims) { return x.mean(dims, true); },
+              "mean over all spatial dims, keeping them as size 1");
+  global_pool("GlobalMaxPool", [](const at::Tensor& x, at::IntArrayRef dims) { return at::amax(x, dims, true); },
+              "max over all spatial dims, keeping them as size 1");
   {
     OpDef d;
     d.name = "Flatten";
