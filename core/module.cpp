@@ -88,7 +88,9 @@ void Module::run(const std::vector<at::Tensor>& inputs, std::vector<at::Tensor>&
     bool both_int = at::isIntegralType(x.scalar_type(), false) && at::isIntegralType(info.dtype, false);
     PARE_CHECK(x.scalar_type() == info.dtype || both_float || both_int, "input '", info.name,
                "' must be ", dtype_name(info.dtype), ", got ", dtype_name(x.scalar_type()));
-    slots[input_slots_[i]] = x.scalar_type() == info.dtype ? x : x.to(info.dtype);
+    at::Tensor v = x.scalar_type() == info.dtype ? x : x.to(info.dtype);
+    if (memory_format_ != at::MemoryFormat::Contiguous && v.dim() == 4) v = v.contiguous(memory_format_);
+    slots[input_slots_[i]] = v;
   }
   std::vector<at::Tensor> args;
   for (const Step& s : steps_) {
@@ -150,6 +152,19 @@ void Module::to(const at::Device& device) {
   params_.clear();
   for (auto& n : param_names_) params_.push_back(consts_[slot_of(n)]);
   device_ = device;
+}
+
+void Module::set_memory_format(at::MemoryFormat fmt) {
+  at::NoGradGuard no_grad;
+  for (auto& t : consts_)
+    if (t.defined() && t.dim() == 4 && at::isFloatingType(t.scalar_type())) {
+      bool grad = t.requires_grad();
+      t = t.detach().contiguous(fmt);
+      if (grad) t.set_requires_grad(true);
+    }
+  params_.clear();
+  for (auto& n : param_names_) params_.push_back(consts_[slot_of(n)]);
+  memory_format_ = fmt;
 }
 
 at::Tensor Module::initializer(const std::string& name) const {

@@ -44,6 +44,10 @@ class Module {
 
   /// Moves parameters, buffers and constants to `device`.
   void to(const at::Device& device);
+  /// Lays out 4-D weights and 4-D inputs in `fmt` (ChannelsLast makes libtorch's CPU convolution
+  /// and pooling kernels much faster for inference). Same values, possibly other rounding in the
+  /// last bits. Call it before handing parameters() to an optimizer.
+  void set_memory_format(at::MemoryFormat fmt);
   at::Device device() const { return device_; }
 
   /// Trainable tensors, in the order the graph first uses them.
@@ -75,6 +79,7 @@ class Module {
   Graph graph_;
   RunContext ctx_;
   at::Device device_ = at::kCPU;
+  at::MemoryFormat memory_format_ = at::MemoryFormat::Contiguous;
   std::unordered_map<std::string, int> slot_;
   std::vector<at::Tensor> consts_;          // slot -> initializer tensor (undefined for others)
   std::vector<Step> steps_;

@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "core/graph.h"
 #include "core/module.h"
+#include "core/zoo.h"
 
 using namespace pare;
 using namespace pare::core;
@@ -156,4 +157,18 @@ TEST(Module, BatchNormUsesBatchStatisticsOnlyInTraining) {
   EXPECT_TRUE(at::allclose(m.initializer("mean"), expect_mean, 1e-4, 1e-5));
   // The graph written back carries the updated statistics.
   EXPECT_TRUE(at::allclose(m.to_graph().initializers["mean"], expect_mean, 1e-4, 1e-5));
+}
+
+TEST(Module, ChannelsLastKeepsValuesAndGradients) {
+  Module ref(build_zoo_model("cnn", 2)), cl(build_zoo_model("cnn", 2));
+  cl.set_memory_format(at::MemoryFormat::ChannelsLast);
+  ref.eval();
+  cl.eval();
+  at::Tensor x = at::rand({3, 1, 28, 28});
+  at::Tensor a = ref.forward({x})[0], b = cl.forward({x})[0];
+  EXPECT_TRUE(at::allclose(a, b, 1e-5, 1e-6)) << (a - b).abs().max();
+  EXPECT_TRUE(cl.initializer("conv1.weight").is_contiguous(at::MemoryFormat::ChannelsLast));
+  cl.train();
+  cl.forward({x})[0].sum().backward();
+  for (auto& p : cl.parameters()) EXPECT_TRUE(p.grad().defined());
 }
