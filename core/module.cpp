@@ -1,6 +1,7 @@
 #include "core/module.h"
 
 #include <algorithm>
+#include <functional>
 #include <set>
 
 #include "core/dtype.h"
@@ -139,31 +140,32 @@ std::unordered_map<std::string, at::Tensor> Module::forward_values(
   return r;
 }
 
-void Module::to(const at::Device& device) {
+void Module::replace_consts(const std::function<bool(const at::Tensor&)>& select,
+                            const std::function<at::Tensor(const at::Tensor&)>& convert) {
   at::NoGradGuard no_grad;
   for (auto& t : consts_)
-    if (t.defined() && t.device() != device) {
-      // Shape-like integer constants stay on the CPU where shape ops read them.
-      if (!at::isFloatingType(t.scalar_type()) && t.numel() <= 64) continue;
+    if (t.defined() && select(t)) {
       bool grad = t.requires_grad();
-      t = t.detach().to(device);
+      t = convert(t.detach());
       if (grad) t.set_requires_grad(true);
     }
   params_.clear();
   for (auto& n : param_names_) params_.push_back(consts_[slot_of(n)]);
+}
+
+void Module::to(const at::Device& device) {
+  // Shape-like integer constants stay on the CPU where shape ops read them.
+  replace_consts(
+      [&](const at::Tensor& t) {
+        return t.device() != device && (at::isFloatingType(t.scalar_type()) || t.numel() > 64);
+      },
+      [&](const at::Tensor& t) { return t.to(device); });
   device_ = device;
 }
 
 void Module::set_memory_format(at::MemoryFormat fmt) {
-  at::NoGradGuard no_grad;
-  for (auto& t : consts_)
-    if (t.defined() && t.dim() == 4 && at::isFloatingType(t.scalar_type())) {
-      bool grad = t.requires_grad();
-      t = t.detach().contiguous(fmt);
-      if (grad) t.set_requires_grad(true);
-    }
-  params_.clear();
-  for (auto& n : param_names_) params_.push_back(consts_[slot_of(n)]);
+  replace_consts([](const at::Tensor& t) { return t.dim() == 4 && at::isFloatingType(t.scalar_type()); },
+                 [&](const at::Tensor& t) { return t.contiguous(fmt); });
   memory_format_ = fmt;
 }
 

@@ -13,6 +13,7 @@
 
 #include <ATen/ATen.h>
 
+#include <functional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -73,6 +74,10 @@ class Module {
     std::vector<int> out;  // slot per output, -1 for omitted
   };
   void compile();
+  // Replaces the constants `select` picks by `convert(constant)`, keeping requires_grad, and
+  // refreshes parameters() (they are among the constants).
+  void replace_consts(const std::function<bool(const at::Tensor&)>& select,
+                      const std::function<at::Tensor(const at::Tensor&)>& convert);
   void run(const std::vector<at::Tensor>& inputs, std::vector<at::Tensor>& slots);
   int slot_of(const std::string& name) const;
 
