@@ -314,7 +314,8 @@ std::vector<EpochStats> Trainer::fit(const core::TensorDataset& train, const cor
   std::vector<at::Tensor> params = model_.parameters();
   params.insert(params.end(), extra_.begin(), extra_.end());
 
-  for (; st.epoch < opts_.epochs_ && st.step < total_steps; ++st.epoch, st.batch = 0) {
+  // A run resumed from a mid-epoch checkpoint taken at its last step still closes that epoch.
+  for (; st.epoch < opts_.epochs_ && (st.step < total_steps || st.batch > 0); ++st.epoch, st.batch = 0) {
     model_.train();
     loader.start_epoch(st.epoch, st.batch);
     auto t0 = Clock::now();
