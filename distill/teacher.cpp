@@ -166,7 +166,7 @@ bool GraphTeacher::has_value(const std::string& name) const {
   return false;
 }
 
-int64_t GraphTeacher::num_classes(const at::Tensor& example) {
+int64_t Teacher::num_classes(const at::Tensor& example) {
   if (!classes_) {
     at::Tensor row = probe_row(example, describe());
     classes_ = classes_of(logits(row), describe(), row);
@@ -240,14 +240,6 @@ std::unordered_map<std::string, at::Tensor> TorchScriptTeacher::forward(
 }
 
 bool TorchScriptTeacher::has_value(const std::string& name) const { return name == "logits"; }
-
-int64_t TorchScriptTeacher::num_classes(const at::Tensor& example) {
-  if (!classes_) {
-    at::Tensor row = probe_row(example, describe());
-    classes_ = classes_of(logits(row), describe(), row);
-  }
-  return *classes_;
-}
 
 std::string TorchScriptTeacher::describe() const { return "TorchScript teacher '" + path_ + "'"; }
 

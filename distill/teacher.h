@@ -49,13 +49,17 @@ class Teacher {
 
   /// Number of output classes (the logits' last dim), found by a probe forward on the first row
   /// of `example` (a batch, [N, ...] with N >= 1) the first time it is needed, then remembered.
-  virtual int64_t num_classes(const at::Tensor& example) = 0;
+  /// The default probes logits() once and remembers the answer.
+  virtual int64_t num_classes(const at::Tensor& example);
 
   /// For messages: "graph teacher 'cnn.onnx'".
   virtual std::string describe() const = 0;
 
   /// Moves the teacher's weights to `d`; inputs on another device are copied there per forward.
   virtual void to(const at::Device& d) = 0;
+
+ private:
+  std::optional<int64_t> classes_;
 };
 
 /// A core::Graph (ONNX file or zoo spec) run by core::Module in eval mode under at::NoGradGuard.
@@ -70,7 +74,6 @@ class GraphTeacher : public Teacher {
   std::unordered_map<std::string, at::Tensor> forward(const at::Tensor& x,
                                                       const std::vector<std::string>& values) override;
   bool has_value(const std::string& name) const override;
-  int64_t num_classes(const at::Tensor& example) override;
   std::string describe() const override;
   void to(const at::Device& d) override;
 
@@ -81,7 +84,6 @@ class GraphTeacher : public Teacher {
  private:
   core::Module module_;
   std::string name_;
-  std::optional<int64_t> classes_;
 };
 
 /// A TorchScript module (torch::jit::load) used as a black box yielding logits: the output itself
@@ -98,7 +100,6 @@ class TorchScriptTeacher : public Teacher {
   std::unordered_map<std::string, at::Tensor> forward(const at::Tensor& x,
                                                       const std::vector<std::string>& values) override;
   bool has_value(const std::string& name) const override;
-  int64_t num_classes(const at::Tensor& example) override;
   std::string describe() const override;
   void to(const at::Device& d) override;
 
@@ -109,7 +110,6 @@ class TorchScriptTeacher : public Teacher {
   std::unique_ptr<Impl> impl_;
   std::string path_;
   at::Device device_ = at::kCPU;
-  std::optional<int64_t> classes_;
 };
 
 /// Several teachers with weights, normalised to sum 1. The logits are the weighted mean of the

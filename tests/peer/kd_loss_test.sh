@@ -8,23 +8,7 @@
 # $PARE_BUILD_DIR/tests/distill_tests, driven by files through PARE_KD_PEER_DIR.
 # Env: PARE_BUILD_DIR (ctest sets it). Needs /usr/bin/python3 with torch and numpy (Debian
 # python3-torch); exits 77 (skipped) without them.
-set -euo pipefail
-
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-PY=/usr/bin/python3
-tests=${PARE_BUILD_DIR:?set PARE_BUILD_DIR to the build folder}/tests/distill_tests
-
-if ! "$PY" -c 'import torch, numpy' 2>/dev/null; then
-  echo "SKIP: $PY cannot import torch and numpy (apt-get install python3-torch)"
-  exit 77
-fi
-if [[ ! -x "$tests" ]]; then
-  echo "FAIL: $tests is missing (build the distill_tests target)"
-  exit 1
-fi
-
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/pare-kd-loss.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "${BASH_SOURCE[0]}")/gtest_peer_lib.sh" kd-loss
 
 echo "== random logits into $tmp (torch $("$PY" -c 'import torch; print(torch.__version__)'))"
 "$PY" "$here/kd_loss_peer.py" gen "$tmp"

@@ -7,29 +7,13 @@
 # runs only when PARE_TS_PEER_DIR is set. Env: PARE_BUILD_DIR (for tests/distill_tests),
 # PARE_SOURCE_DIR. Needs /usr/bin/python3 with torch and numpy (Debian python3-torch); exits 77
 # (skipped) without them.
-set -euo pipefail
-
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-PY=/usr/bin/python3
+source "$(dirname "${BASH_SOURCE[0]}")/gtest_peer_lib.sh" ts-teacher
 ATOL=1e-5   # max |pare - torch|
-TESTS=${PARE_BUILD_DIR:?set PARE_BUILD_DIR to the build directory}/tests/distill_tests
-
-if ! "$PY" -c 'import torch, numpy' 2>/dev/null; then
-  echo "SKIP: $PY cannot import torch and numpy (apt-get install python3-torch)"
-  exit 77
-fi
-if [[ ! -x "$TESTS" ]]; then
-  echo "FAIL: $TESTS is not built (ninja distill_tests)"
-  exit 1
-fi
-
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/pare-ts-teacher.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
 
 echo "== saving TorchScript teachers with torch $("$PY" "$here/torchscript_teacher.py" "$tmp") into $tmp"
 
 echo "== running the teachers in pare"
-if ! PARE_TS_PEER_DIR="$tmp" "$TESTS" --gtest_filter='TorchScriptTeacherPeer.*' --gtest_brief=1; then
+if ! PARE_TS_PEER_DIR="$tmp" "$tests" --gtest_filter='TorchScriptTeacherPeer.*' --gtest_brief=1; then
   echo "FAILED: TorchScriptTeacherPeer (see above)"
   exit 1
 fi
