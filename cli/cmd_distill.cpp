@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/onnx_io.h"
 #include "distill/distiller.h"
+#include "distill/student.h"
 
 namespace pare::cli {
 
@@ -48,7 +49,7 @@ void add_distill(CLI::App& app, Action& action) {
       ->required();
   cmd->add_option("--teacher-weights", o->teacher_weights, "Ensemble weights, e.g. 0.7,0.3 (default: equal)")
       ->delimiter(',');
-  cmd->add_option("--student,-s", o->student, "Student: zoo spec or ONNX file")->required();
+  cmd->add_option("--student,-s", o->student, "Student: zoo spec, ONNX file, or from-teacher:layers=0,2,4 (the teacher's layers 0, 2 and 4, with its weights)")->required();
   cmd->add_option("--out,-o", o->out, "Where to write the student (.onnx)")->required();
   auto g = "Distillation";
   cmd->add_option("--temperature,-T", o->loss.temperature_, "Softmax temperature of the KD term")
@@ -76,7 +77,12 @@ void add_distill(CLI::App& app, Action& action) {
       }
       lopts.validate();
       auto teacher = distill::load_teachers(o->teachers, o->teacher_weights, topts.seed_);
-      core::Graph g = core::load_model(o->student, topts.seed_);
+      core::Graph g = [&] {
+        if (!distill::is_derived_spec(o->student)) return core::load_model(o->student, topts.seed_);
+        PARE_CHECK(o->teachers.size() == 1, "--student ", o->student, " derives the student from one teacher, but ",
+                   o->teachers.size(), " teachers were given");
+        return distill::derive_student(core::load_model(o->teachers[0], topts.seed_), o->student, o->teachers[0]);
+      }();
       core::TensorDataset train, val;
       const core::TensorDataset* val_ptr = run.load_data(train, val, g);
       core::Module student(std::move(g));

@@ -44,5 +44,22 @@ expect_exit 2 "missing_student.onnx" -- "$PARE" distill --teacher "$work/teacher
 expect_exit 2 "missing_teacher.onnx" -- "$PARE" distill --teacher "$work/missing_teacher.onnx" --student mlp:784-64-10 \
   --data "$data" --epochs 1 --quiet --out "$work/bad.onnx"
 expect_exit 2 "weights" -- "$PARE" "${base[@]}" --teacher-weights 0.5,0.5
+
+# A student derived from a transformer teacher: its layers 0 and 2, hinted layer to layer.
+"$PY" - "$work" <<'PYEOF'
+import sys, numpy as np
+rng = np.random.default_rng(1)
+np.save(f"{sys.argv[1]}/tok.npy", rng.integers(0, 50, (128, 6)).astype(np.int64))
+np.save(f"{sys.argv[1]}/tok_y.npy", rng.integers(0, 5, 128).astype(np.int64))
+PYEOF
+tok=(--data "npy:$work/tok.npy,$work/tok_y.npy" --epochs 1 --batch-size 32 --quiet)
+tf="transformer:vocab=50,d=16,heads=2,layers=4,classes=5,seq=6"
+expect_exit 0 "" -- "$PARE" distill --teacher "$tf" --student from-teacher:layers=0,2 \
+  --hint layer2.ffn_residual:layer2.ffn_residual "${tok[@]}" --out "$work/derived.onnx"
+expect_exit 0 "layer2.ffn.fc1" -- "$PARE" inspect "$work/derived.onnx"
+if "$PARE" inspect "$work/derived.onnx" | grep -q "layer1\."; then fail "layer 1 was kept"; fi
+expect_exit 2 "no layer 9" -- "$PARE" distill --teacher "$tf" --student from-teacher:layers=0,9 "${tok[@]}" --out "$work/bad.onnx"
+expect_exit 2 "teacher '$work/teacher.onnx' has no repeated layers" -- "$PARE" distill --teacher "$work/teacher.onnx" \
+  --student from-teacher:layers=0 --data "$data" --epochs 1 --quiet --out "$work/bad.onnx"
 no_file "$work/bad.onnx"
 finish

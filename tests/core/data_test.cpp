@@ -16,20 +16,15 @@
 #include <vector>
 
 #include "core/error.h"
+#include "tests/test_util.h"
 #include "core/file_util.h"
 #include "core/tensor_io.h"
 
 namespace pare::core {
-namespace {
 
-// A fresh folder per test under the GoogleTest temp dir.
-std::string temp_dir(const std::string& tag) {
-  static std::atomic<int> counter{0};
-  std::string dir = ::testing::TempDir() + "pare_data_" + std::to_string(::getpid()) + "_" + tag +
-                    "_" + std::to_string(counter++);
-  ::mkdir(dir.c_str(), 0755);
-  return dir;
-}
+using pare::testing::TempDir;
+using pare::testing::expect_input_error;
+namespace {
 
 std::string idx_bytes(const std::vector<uint32_t>& dims, const std::vector<uint8_t>& payload) {
   std::string s = {0, 0, 0x08, static_cast<char>(dims.size())};
@@ -62,21 +57,9 @@ std::vector<uint8_t> iota_bytes(size_t n) {
   return v;
 }
 
-// Expects `fn` to throw InputError whose message contains every string in `parts`.
-template <class Fn>
-void expect_input_error(Fn fn, const std::vector<std::string>& parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected InputError";
-  } catch (const InputError& e) {
-    for (const auto& p : parts)
-      EXPECT_NE(std::string(e.what()).find(p), std::string::npos)
-          << "message '" << e.what() << "' lacks '" << p << "'";
-  }
-}
-
 TEST(Idx, RoundTripsPlainAndGzip) {
-  const std::string dir = temp_dir("idx");
+  TempDir tmp;
+  const std::string dir = tmp.path();
   const auto payload = iota_bytes(3 * 4 * 5);
   const std::string bytes = idx_bytes({3, 4, 5}, payload);
   write_plain(dir + "/a-idx3-ubyte", bytes);
@@ -91,7 +74,8 @@ TEST(Idx, RoundTripsPlainAndGzip) {
 }
 
 TEST(Idx, TruncatedFileThrowsNamingIt) {
-  const std::string dir = temp_dir("trunc");
+  TempDir tmp;
+  const std::string dir = tmp.path();
   std::string bytes = idx_bytes({10, 28, 28}, iota_bytes(10 * 28 * 28));
   const std::string plain = dir + "/short-idx3-ubyte";
   write_plain(plain, bytes.substr(0, bytes.size() - 100));
@@ -114,7 +98,8 @@ TEST(Idx, TruncatedFileThrowsNamingIt) {
 }
 
 TEST(Idx, RejectsBadMagicExtraBytesAndMissingFiles) {
-  const std::string dir = temp_dir("bad");
+  TempDir tmp;
+  const std::string dir = tmp.path();
   std::string bytes = idx_bytes({4}, iota_bytes(4));
   const std::string longer = dir + "/long-idx1-ubyte";
   write_plain(longer, bytes + "xx");
@@ -128,8 +113,7 @@ TEST(Idx, RejectsBadMagicExtraBytesAndMissingFiles) {
 }
 
 // A tiny fashion-mnist folder: train uncompressed, test gzipped.
-std::string fake_fashion_dir(int64_t n_train, int64_t n_test) {
-  const std::string dir = temp_dir("fmnist");
+void fake_fashion_dir(const std::string& dir, int64_t n_train, int64_t n_test) {
   auto images = [](int64_t n) { return idx_bytes({uint32_t(n), 28, 28}, iota_bytes(n * 784)); };
   auto labels = [](int64_t n) {
     std::vector<uint8_t> v(n);
@@ -140,11 +124,12 @@ std::string fake_fashion_dir(int64_t n_train, int64_t n_test) {
   write_plain(dir + "/train-labels-idx1-ubyte", labels(n_train));
   write_gzip(dir + "/t10k-images-idx3-ubyte.gz", images(n_test));
   write_gzip(dir + "/t10k-labels-idx1-ubyte.gz", labels(n_test));
-  return dir;
 }
 
 TEST(Data, FashionMnistFromFolderPlainAndGzip) {
-  const std::string dir = fake_fashion_dir(12, 5);
+  TempDir tmp;
+  const std::string dir = tmp.path();
+  fake_fashion_dir(dir, 12, 5);
   TensorDataset tr = load_dataset("fashion-mnist:" + dir, "train");
   TensorDataset te = load_dataset("fashion-mnist:" + dir, "test");
   EXPECT_EQ(tr.x.sizes(), at::IntArrayRef({12, 1, 28, 28}));
@@ -159,7 +144,8 @@ TEST(Data, FashionMnistFromFolderPlainAndGzip) {
 }
 
 TEST(Data, MissingFilesNameThePathAndPackage) {
-  const std::string dir = temp_dir("empty");
+  TempDir tmp;
+  const std::string dir = tmp.path();
   expect_input_error([&] { load_dataset("fashion-mnist:" + dir, "train"); },
                      {dir + "/train-images-idx3-ubyte", "dataset-fashion-mnist"});
   expect_input_error([&] { load_dataset("fashion-mnist:" + dir, "validation"); }, {"split"});
@@ -167,7 +153,9 @@ TEST(Data, MissingFilesNameThePathAndPackage) {
 }
 
 TEST(Data, MismatchedImageAndLabelCountsThrow) {
-  const std::string dir = fake_fashion_dir(12, 5);
+  TempDir tmp;
+  const std::string dir = tmp.path();
+  fake_fashion_dir(dir, 12, 5);
   write_plain(dir + "/train-labels-idx1-ubyte", idx_bytes({11}, std::vector<uint8_t>(11, 0)));
   expect_input_error([&] { load_dataset("fashion-mnist:" + dir, "train"); },
                      {"12", "11", "train-labels"});
@@ -191,7 +179,8 @@ TEST(Data, RealFashionMnistTestSplit) {
 }
 
 TEST(Data, NpyPairConvertsTypesAndChecksLengths) {
-  const std::string dir = temp_dir("npy");
+  TempDir tmp;
+  const std::string dir = tmp.path();
   save_npy(at::arange(12, at::kDouble).view({4, 3}), dir + "/x.npy");
   save_npy(at::arange(4, at::kInt), dir + "/y.npy");
   save_npy(at::arange(8, at::kInt).view({4, 2}), dir + "/tokens.npy");

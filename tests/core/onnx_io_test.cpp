@@ -10,34 +10,13 @@
 #include <functional>
 
 #include "core/error.h"
+#include "tests/test_util.h"
 #include "core/file_util.h"
 
 namespace pare::core {
 namespace {
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = ::testing::TempDir() + "pare_onnx_io_XXXXXX";
-    char* p = ::mkdtemp(tmpl.data());
-    EXPECT_NE(p, nullptr);
-    path_ = tmpl;
-  }
-  ~TempDir() { std::system(("rm -rf '" + path_ + "'").c_str()); }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-  std::vector<std::string> list() const {
-    std::vector<std::string> out;
-    if (DIR* d = ::opendir(path_.c_str())) {
-      while (dirent* e = ::readdir(d))
-        if (std::strcmp(e->d_name, ".") && std::strcmp(e->d_name, "..")) out.push_back(e->d_name);
-      ::closedir(d);
-    }
-    return out;
-  }
-
- private:
-  std::string path_;
-};
+using pare::testing::TempDir;
 
 void write_bytes(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);

@@ -10,27 +10,13 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "tests/test_util.h"
 #include "core/file_util.h"
 
 namespace pare::core {
 namespace {
 
-// A fresh directory per test, removed with its files at the end.
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = ::testing::TempDir() + "pare_tensor_io_XXXXXX";
-    char* p = ::mkdtemp(tmpl.data());
-    EXPECT_NE(p, nullptr);
-    path_ = tmpl;
-  }
-  ~TempDir() { std::system(("rm -rf '" + path_ + "'").c_str()); }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using pare::testing::TempDir;
 
 void write_bytes(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);

@@ -10,8 +10,10 @@
 #include "core/tensor_io.h"
 #include "core/zoo.h"
 #include "distill/teacher.h"
+#include "tests/test_util.h"
 
 using namespace pare;
+using pare::testing::expect_input_error;
 
 namespace {
 at::Tensor images(int64_t n, uint64_t seed) {
@@ -19,23 +21,6 @@ at::Tensor images(int64_t n, uint64_t seed) {
   return at::rand({n, 1, 28, 28}, gen);
 }
 
-// Runs `f`, expecting an InputError whose message contains every one of `parts`.
-template <class F>
-void expect_input_error(F f, std::initializer_list<std::string> parts) {
-  try {
-    f();
-    ADD_FAILURE() << "expected an InputError";
-  } catch (const InputError& e) {
-    for (const auto& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
-  }
-}
-
-std::string temp_dir() {
-  std::string tmpl = std::string(std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp") + "/pare-teacher.XXXXXX";
-  char* d = ::mkdtemp(tmpl.data());
-  if (!d) throw std::runtime_error("mkdtemp failed");
-  return d;
-}
 }  // namespace
 
 TEST(GraphTeacher, LogitsEqualModuleForwardInEvalMode) {
@@ -204,7 +189,8 @@ TEST(LoadTeacher, MissingOrUnknownNamesTheFile) {
 }
 
 TEST(LoadTeacher, CorruptFilesAreInputErrorsNamingTheFile) {
-  std::string dir = temp_dir();
+  pare::testing::TempDir tmp;
+  std::string dir = tmp.path();
   std::string pt = dir + "/corrupt.pt", onnx = dir + "/corrupt.onnx", zip = dir + "/zip_no_suffix";
   std::ofstream(pt) << "this is not a TorchScript archive";
   std::ofstream(onnx) << "this is not an ONNX model either";
@@ -212,10 +198,6 @@ TEST(LoadTeacher, CorruptFilesAreInputErrorsNamingTheFile) {
   expect_input_error([&] { distill::load_teacher(pt); }, {pt, "TorchScript"});
   expect_input_error([&] { distill::load_teacher(onnx); }, {onnx});
   expect_input_error([&] { distill::load_teacher(zip); }, {zip, "TorchScript"});
-  std::remove(pt.c_str());
-  std::remove(onnx.c_str());
-  std::remove(zip.c_str());
-  ::rmdir(dir.c_str());
 }
 
 TEST(CheckCompatible, ClassCountMismatchIsAnInputError) {

@@ -1,11 +1,13 @@
 #!/usr/bin/python3
 """Exports PyTorch models to ONNX, with inputs and PyTorch's outputs as .npy, for the peer tests.
 
-    /usr/bin/python3 export_models.py OUTDIR [--only NAME,...]
+    /usr/bin/python3 export_models.py OUTDIR [--only NAME,...] [--keep-layers I,J,...]
 
 Writes, for every model NAME: OUTDIR/NAME.onnx, and for every test batch size B:
 OUTDIR/NAME.b{B}.input.npy and OUTDIR/NAME.b{B}.expected.npy. It prints one line per case on
 stdout, "NAME MODEL INPUT EXPECTED", for the test script to loop over.
+With --keep-layers, the transformer also gets OUTDIR/transformer.b{B}.keep.expected.npy: the
+outputs of the same model with only those encoder layers (a student derived from it).
 
 Models are exported with batch 2 (dynamic batch axis) and tested at batches 1 and 5, so a runtime
 that bakes the export batch into a shape fails. Weights are random from a fixed seed; BatchNorm
@@ -92,7 +94,7 @@ def build(name):
 MODELS = ("resnet18", "mobilenet_v2", "transformer", "mlp_layernorm_gelu")
 
 
-def export(name, outdir, seed):
+def export(name, outdir, seed, keep_layers=None):
     torch.manual_seed(seed)
     model, make_input = build(name)
     gen = torch.Generator().manual_seed(seed + 1)
@@ -119,6 +121,13 @@ def export(name, outdir, seed):
         np.save(xin, x.numpy())
         np.save(yexp, y.numpy())
         cases.append((name, path, xin, yexp))
+    if keep_layers is not None and name == "transformer":
+        model.encoder.layers = nn.ModuleList([model.encoder.layers[i] for i in keep_layers])
+        model.encoder.num_layers = len(keep_layers)
+        for _, _, xin, yexp in cases:
+            with torch.enable_grad():
+                y = model(torch.from_numpy(np.load(xin))).detach()
+            np.save(yexp.replace(".expected.npy", ".keep.expected.npy"), y.numpy())
     return cases
 
 
@@ -127,7 +136,10 @@ def main():
     ap.add_argument("outdir")
     ap.add_argument("--only", default="", help="comma-separated subset of " + ",".join(MODELS))
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--keep-layers", default=None,
+                    help="also write the transformer's outputs with only these encoder layers")
     args = ap.parse_args()
+    keep = [int(i) for i in args.keep_layers.split(",")] if args.keep_layers else None
     names = [n for n in args.only.split(",") if n] or list(MODELS)
     for n in names:
         if n not in MODELS:
@@ -135,7 +147,7 @@ def main():
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
     os.makedirs(args.outdir, exist_ok=True)
     for n in names:
-        for case in export(n, args.outdir, args.seed):
+        for case in export(n, args.outdir, args.seed, keep):
             print(" ".join(case))
     sys.stdout.flush()
 
