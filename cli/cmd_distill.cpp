@@ -84,7 +84,7 @@ void add_distill(CLI::App& app, Action& action) {
         return distill::derive_student(core::load_model(o->teachers[0], topts.seed_), o->student, o->teachers[0]);
       }();
       core::TensorDataset train, val;
-      const core::TensorDataset* val_ptr = run.load_data(train, val, g);
+      const core::TensorDataset* val_ptr = run.load_data(train, val, g, topts);
       core::Module student(std::move(g));
       if (!run.quiet)
         std::fprintf(stderr, "distilling %s (%lld parameters) from %s on %s: T=%g alpha=%g\n",

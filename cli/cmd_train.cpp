@@ -27,7 +27,7 @@ void add_train(CLI::App& app, Action& action) {
       distill::TrainerOptions opts = run.start();
       core::Graph g = core::load_model(o->model, opts.seed_);
       core::TensorDataset train, val;
-      const core::TensorDataset* val_ptr = run.load_data(train, val, g);
+      const core::TensorDataset* val_ptr = run.load_data(train, val, g, opts);
       core::Module model(std::move(g));
       if (!run.quiet)
         std::fprintf(stderr, "training %s (%lld parameters) on %s: %lld samples, %lld epochs\n",

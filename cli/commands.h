@@ -27,7 +27,7 @@ void set_threads(int threads);
 
 /// What train and distill share: data, validation, trainer options and output control.
 struct TrainingRun {
-  std::string data, normalize, val_split = "test";
+  std::string data, normalize, val_split = "test", augment;
   distill::TrainerOptions trainer = distill::TrainerOptions().batch_size(128).epochs(5);
   bool quiet = false, json = false, no_val = false;
   int threads = 0;
@@ -38,9 +38,10 @@ struct TrainingRun {
   /// Sets the thread count and returns the validated trainer options.
   distill::TrainerOptions start() const;
   /// Loads the train split into `train` and, unless --no-val, the validation split into `val`;
-  /// applies --normalize to both and records it in `model`'s metadata. Returns &val or nullptr.
+  /// applies --normalize to both and records it in `model`'s metadata; sets `opts`' augmentation
+  /// from --augment (checked against the data). Returns &val or nullptr.
   const core::TensorDataset* load_data(core::TensorDataset& train, core::TensorDataset& val,
-                                       core::Graph& model) const;
+                                       core::Graph& model, distill::TrainerOptions& opts) const;
 };
 
 }  // namespace pare::cli

@@ -41,6 +41,10 @@ void TrainingRun::add_options(CLI::App* cmd) {
       ->group(g);
   cmd->add_option("--checkpoint-every", o.checkpoint_every_, "Also checkpoint every N steps")->group(g);
   cmd->add_flag("--resume", o.resume_, "Continue from --checkpoint if it exists")->group(g);
+  cmd->add_option("--augment", augment,
+                  "Random views of each training image: flip, shift=PIXELS or both (flip,shift=2); "
+                  "a teacher sees the same view")
+      ->group(g);
   cmd->add_option("--normalize", normalize, "MEAN,STD applied to inputs (recorded in the model's metadata)");
   cmd->add_option("--val-split", val_split, "Split evaluated after each epoch")->capture_default_str();
   cmd->add_flag("--no-val", no_val, "Skip evaluation after each epoch");
@@ -58,13 +62,24 @@ distill::TrainerOptions TrainingRun::start() const {
 }
 
 const core::TensorDataset* TrainingRun::load_data(core::TensorDataset& train, core::TensorDataset& val,
-                                                  core::Graph& model) const {
+                                                  core::Graph& model, distill::TrainerOptions& opts) const {
+  if (!augment.empty()) opts.augment(core::parse_augment(augment));
   train = core::load_dataset(data, "train");
   if (!no_val) val = core::load_dataset(data, val_split);
+  PARE_CHECK(!opts.augment_.any() || (train.x.dim() == 4 && train.x.is_floating_point()), "--augment ",
+             augment, ": the training set '", data, "' is not images [N, C, H, W] but ",
+             train.x.scalar_type(), " ", train.x.sizes());
   if (!normalize.empty()) {
     core::normalize(train, normalize);
     if (!no_val) core::normalize(val, normalize);
     model.metadata["pare.normalize"] = normalize;
+    if (opts.augment_.any()) {
+      // Pixels shifted in are black (0) before normalization.
+      core::TensorDataset black{at::zeros({1, train.x.size(1), 1, 1}), at::zeros({1}, at::kLong), "fill"};
+      core::normalize(black, normalize);
+      at::Tensor f = black.x.flatten().contiguous();
+      opts.augment_.fill.assign(f.data_ptr<float>(), f.data_ptr<float>() + f.numel());
+    }
   }
   return no_val ? nullptr : &val;
 }

@@ -3,6 +3,7 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -244,6 +245,68 @@ std::vector<int64_t> epoch_order(int64_t n, bool shuffle, uint64_t seed, int64_t
 }
 
 // ---------------------------------------------------------------------------------------------
+// Augmentation
+
+Augment parse_augment(const std::string& spec) {
+  Augment a;
+  if (spec == "none") return a;
+  std::stringstream ss(spec);
+  for (std::string item; std::getline(ss, item, ',');) {
+    if (item == "flip") {
+      a.hflip = true;
+    } else if (item.rfind("shift=", 0) == 0) {
+      size_t used = 0;
+      try {
+        a.shift = std::stoll(item.substr(6), &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      PARE_CHECK(used > 0 && used == item.size() - 6 && a.shift >= 0, "augmentation '", spec,
+                 "': shift needs a number of pixels >= 0, got '", item.substr(6), "'");
+    } else {
+      PARE_CHECK(false, "augmentation '", spec, "': unknown item '", item,
+                 "' (known: flip, shift=PIXELS, none)");
+    }
+  }
+  PARE_CHECK(!spec.empty(), "augmentation '': expected flip, shift=PIXELS or none");
+  return a;
+}
+
+void augment_batch(at::Tensor& x, const Augment& aug, uint64_t seed, int64_t epoch, int64_t first) {
+  PARE_CHECK(x.dim() == 4 && x.scalar_type() == at::kFloat && x.is_contiguous() && x.device().is_cpu(),
+             "augmentation needs float32 image batches [N, C, H, W], got ", x.scalar_type(), " ",
+             x.sizes());
+  const int64_t n = x.size(0), c = x.size(1), h = x.size(2), w = x.size(3);
+  PARE_CHECK(aug.fill.size() == 1 || static_cast<int64_t>(aug.fill.size()) == c, "augmentation fill has ",
+             aug.fill.size(), " values for images with ", c, " channels");
+  // One stream per (seed, epoch): sample p of the epoch starts at its own offset.
+  SplitMix64 mix{seed ^ 0xA5A5A5A5A5A5A5A5ULL};
+  mix.state = mix.next() ^ static_cast<uint64_t>(epoch);
+  const uint64_t base = mix.next();
+  std::vector<float> tmp(static_cast<size_t>(h * w));
+  float* data = x.data_ptr<float>();
+  for (int64_t i = 0; i < n; ++i) {
+    SplitMix64 rng{base ^ (static_cast<uint64_t>(first + i) * 0x9E3779B97F4A7C15ULL)};
+    const bool flip = aug.hflip && (rng.next() & 1);
+    const int64_t span = 2 * aug.shift + 1;
+    const int64_t dx = aug.shift ? static_cast<int64_t>(rng.below(span)) - aug.shift : 0;
+    const int64_t dy = aug.shift ? static_cast<int64_t>(rng.below(span)) - aug.shift : 0;
+    if (!flip && dx == 0 && dy == 0) continue;
+    for (int64_t ch = 0; ch < c; ++ch) {
+      float* img = data + (i * c + ch) * h * w;
+      const float fill = aug.fill.size() == 1 ? aug.fill[0] : aug.fill[ch];
+      // out[y][x] = in[y - dy][src_x], src_x = (flip ? w - 1 - x : x) - dx
+      for (int64_t y = 0; y < h; ++y)
+        for (int64_t xx = 0; xx < w; ++xx) {
+          const int64_t sy = y - dy, sx = (flip ? w - 1 - xx : xx) - dx;
+          tmp[y * w + xx] = (sy >= 0 && sy < h && sx >= 0 && sx < w) ? img[sy * w + sx] : fill;
+        }
+      std::copy(tmp.begin(), tmp.end(), img);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
 // DataLoader
 
 DataLoader::DataLoader(const TensorDataset& ds, LoaderOptions opts) : ds_(ds), opts_(std::move(opts)) {
@@ -288,6 +351,7 @@ void DataLoader::start_epoch(int64_t epoch, int64_t skip_batches) {
   } else {
     order_ = epoch_order(n, opts_.shuffle_, opts_.seed_, epoch);
   }
+  epoch_ = epoch;
   started_ = true;
   error_ = nullptr;
   num_batches_ = batches_per_epoch();
@@ -371,6 +435,7 @@ Batch DataLoader::make_batch(int64_t b) const {
   Batch out;
   out.x = gather_rows(ds_.x, order_.data() + begin, end - begin);
   out.y = gather_rows(ds_.y, order_.data() + begin, end - begin);
+  if (opts_.augment_.any()) augment_batch(out.x, opts_.augment_, opts_.seed_, epoch_, begin);
   out.index = b;
   return out;
 }

@@ -53,6 +53,24 @@ void normalize(TensorDataset& ds, const std::string& mean_std);
 /// longer than its dims say.
 at::Tensor load_idx(const std::string& path);
 
+/// Random augmentation of image batches ([N, C, H, W] floating), applied by the DataLoader to each
+/// sample. The draws depend only on (seed, epoch, position in the epoch), so a resumed run and a
+/// distillation teacher (which sees the augmented batch itself) get exactly the same views.
+struct Augment {
+  bool hflip = false;              ///< mirror left-right with probability 1/2
+  int64_t shift = 0;               ///< translate by up to +-shift pixels along x and y
+  std::vector<float> fill = {0.f};  ///< value of the pixels shifted in: one, or one per channel
+  bool any() const { return hflip || shift > 0; }
+};
+
+/// Parses "none", "flip", "shift=2" or "flip,shift=2". Throws InputError on anything else.
+Augment parse_augment(const std::string& spec);
+
+/// Applies `aug` in place to x [N, C, H, W] (float32), whose row i is sample `first + i` of epoch
+/// `epoch`. Throws InputError when x is not a float32 [N, C, H, W] batch or `fill` has neither one
+/// nor C values.
+void augment_batch(at::Tensor& x, const Augment& aug, uint64_t seed, int64_t epoch, int64_t first);
+
 struct Batch {
   at::Tensor x;
   at::Tensor y;
@@ -66,6 +84,8 @@ struct LoaderOptions {
   LoaderOptions& drop_last(bool v) { drop_last_ = v; return *this; }
   /// Batches prepared ahead by a background thread (0: none, batches made on next()).
   LoaderOptions& prefetch(int v) { prefetch_ = v; return *this; }
+  /// Random augmentation of each batch (see Augment); draws seeded by seed().
+  LoaderOptions& augment(Augment a) { augment_ = std::move(a); return *this; }
   /// Replaces the index order of an epoch (distributed samplers plug in here).
   LoaderOptions& sampler(std::function<std::vector<int64_t>(int64_t n, int64_t epoch)> f) {
     sampler_ = std::move(f);
@@ -77,6 +97,7 @@ struct LoaderOptions {
   uint64_t seed_ = 0;
   bool drop_last_ = false;
   int prefetch_ = 2;
+  Augment augment_;
   std::function<std::vector<int64_t>(int64_t n, int64_t epoch)> sampler_;
 };
 
@@ -111,6 +132,7 @@ class DataLoader {
   const TensorDataset& ds_;
   LoaderOptions opts_;
   std::vector<int64_t> order_;
+  int64_t epoch_ = 0;
   int64_t next_batch_ = 0, produced_ = 0, num_batches_ = 0;
   std::thread worker_;
   std::mutex mu_;

@@ -295,6 +295,7 @@ std::vector<EpochStats> Trainer::fit(const core::TensorDataset& train, const cor
                          .batch_size(opts_.batch_size_)
                          .shuffle(true)
                          .seed(opts_.seed_)
+                         .augment(opts_.augment_)
                          .prefetch(2);
   if (sampler_) loader_opts.sampler(sampler_);
   core::DataLoader loader(train, loader_opts);

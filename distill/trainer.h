@@ -48,6 +48,9 @@ struct TrainerOptions {
   /// Accumulate gradients over this many batches per optimizer step.
   TrainerOptions& accumulate(int64_t v) { accumulate_ = v; return *this; }
   TrainerOptions& seed(uint64_t v) { seed_ = v; return *this; }
+  /// Random augmentation of the training batches (core::Augment), drawn from the seed; a
+  /// distillation teacher sees the same augmented batch as the student.
+  TrainerOptions& augment(core::Augment v) { augment_ = std::move(v); return *this; }
   /// Stop after this many optimizer steps in total (0: no limit); used by benchmarks.
   TrainerOptions& max_steps(int64_t v) { max_steps_ = v; return *this; }
   /// JSON lines written (atomically, rewritten each epoch) to this path; "" for none.
@@ -73,6 +76,7 @@ struct TrainerOptions {
   std::string optimizer_ = "adam", schedule_ = "constant", metrics_path_, checkpoint_, best_path_;
   bool nesterov_ = false, progress_ = true, resume_ = false;
   uint64_t seed_ = 0;
+  core::Augment augment_;
 
   /// Throws InputError naming the option when a value is out of range.
   void validate() const;

@@ -372,3 +372,88 @@ TEST(DataLoader, RejectsBadOptions) {
 
 }  // namespace
 }  // namespace pare::core
+
+namespace pare::core {
+
+TEST(Augment, ParsesSpecsAndRejectsBadOnes) {
+  Augment a = parse_augment("flip,shift=2");
+  EXPECT_TRUE(a.hflip);
+  EXPECT_EQ(a.shift, 2);
+  EXPECT_FALSE(parse_augment("none").any());
+  EXPECT_EQ(parse_augment("shift=3").shift, 3);
+  expect_input_error([] { parse_augment("rotate"); }, {"unknown item 'rotate'", "flip"});
+  expect_input_error([] { parse_augment("shift=-1"); }, {"shift"});
+  expect_input_error([] { parse_augment("shift=x"); }, {"'x'"});
+  expect_input_error([] { parse_augment(""); }, {"expected"});
+}
+
+TEST(Augment, EachSampleIsAShiftedOrMirroredCopyFilledAtTheEdges) {
+  at::Tensor x = at::rand({64, 2, 6, 5}, at::make_generator<at::CPUGeneratorImpl>(1)) + 1.0f;  // no value is 0
+  Augment a;
+  a.hflip = true;
+  a.shift = 1;
+  a.fill = {0.f, -1.f};
+  at::Tensor y = x.clone();
+  augment_batch(y, a, 7, 0, 0);
+  std::set<std::string> seen;
+  for (int64_t i = 0; i < x.size(0); ++i) {
+    bool found = false;
+    for (int flip = 0; flip < 2 && !found; ++flip)
+      for (int64_t dy = -1; dy <= 1 && !found; ++dy)
+        for (int64_t dx = -1; dx <= 1 && !found; ++dx) {
+          at::Tensor src = flip ? x[i].flip({2}) : x[i];
+          at::Tensor want = at::empty_like(src);
+          want.select(0, 0).fill_(0.f);
+          want.select(0, 1).fill_(-1.f);
+          // want[:, y, x] = src[:, y - dy, x - dx] where inside
+          const int64_t h = 6, w = 5;
+          auto dst = want.narrow(1, std::max<int64_t>(dy, 0), h - std::abs(dy)).narrow(2, std::max<int64_t>(dx, 0), w - std::abs(dx));
+          dst.copy_(src.narrow(1, std::max<int64_t>(-dy, 0), h - std::abs(dy)).narrow(2, std::max<int64_t>(-dx, 0), w - std::abs(dx)));
+          if (at::equal(y[i], want)) {
+            found = true;
+            seen.insert(std::to_string(flip) + "," + std::to_string(dy) + "," + std::to_string(dx));
+          }
+        }
+    EXPECT_TRUE(found) << "sample " << i << " is not a flipped/shifted copy of its input";
+  }
+  EXPECT_GT(seen.size(), 8u) << "64 samples should draw most of the 18 views";
+}
+
+TEST(Augment, DrawsDependOnSeedEpochAndPositionOnly) {
+  at::Tensor x = at::rand({8, 1, 7, 7}, at::make_generator<at::CPUGeneratorImpl>(2));
+  Augment a = parse_augment("flip,shift=2");
+  at::Tensor whole = x.clone(), halves = x.clone(), other_epoch = x.clone();
+  augment_batch(whole, a, 3, 5, 100);
+  at::Tensor lo = halves.narrow(0, 0, 4).contiguous(), hi = halves.narrow(0, 4, 4).contiguous();
+  augment_batch(lo, a, 3, 5, 100);
+  augment_batch(hi, a, 3, 5, 104);
+  EXPECT_TRUE(at::equal(whole, at::cat({lo, hi})));
+  augment_batch(other_epoch, a, 3, 6, 100);
+  EXPECT_FALSE(at::equal(whole, other_epoch));
+  at::Tensor ints = at::zeros({2, 1, 4, 4}, at::kLong);
+  expect_input_error([&] { augment_batch(ints, a, 0, 0, 0); }, {"float32 image batches"});
+  a.fill = {0.f, 0.f, 0.f};
+  expect_input_error([&] { augment_batch(whole, a, 0, 0, 0); }, {"3 values", "1 channels"});
+}
+
+TEST(DataLoader, AugmentedBatchesAreTheSameWhenResumedMidEpoch) {
+  TensorDataset ds{at::rand({40, 1, 5, 5}, at::make_generator<at::CPUGeneratorImpl>(4)), at::arange(40), "aug"};
+  auto opts = LoaderOptions().batch_size(8).shuffle(true).seed(9).augment(parse_augment("flip,shift=1"));
+  DataLoader full(ds, opts), resumed(ds, opts);
+  full.start_epoch(2);
+  resumed.start_epoch(2, 3);
+  Batch a, b;
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(full.next(a));
+  int compared = 0;
+  while (full.next(a)) {
+    ASSERT_TRUE(resumed.next(b));
+    EXPECT_TRUE(at::equal(a.x, b.x));
+    EXPECT_TRUE(at::equal(a.y, b.y));
+    ++compared;
+  }
+  EXPECT_EQ(compared, 2);
+  // The batches are augmented (y = row index): not the raw rows.
+  EXPECT_FALSE(at::equal(a.x, ds.x.index_select(0, a.y)));
+}
+
+}  // namespace pare::core
