@@ -21,6 +21,7 @@ void add_run(CLI::App& app, Action& action);
 void add_train(CLI::App& app, Action& action);
 void add_eval(CLI::App& app, Action& action);
 void add_distill(CLI::App& app, Action& action);
+void add_launch(CLI::App& app, Action& action);
 
 /// Sets libtorch's intra-op thread count (0 keeps its default).
 void set_threads(int threads);

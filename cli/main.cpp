@@ -4,12 +4,17 @@
 
 #include <c10/util/Exception.h>
 
+#include <nlohmann/json.hpp>
+
 #include <cstdio>
+#include <cstdlib>
+#include <ctime>
 #include <exception>
 #include <iostream>
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/file_util.h"
 #include "core/torch_compat.h"
 
 namespace {
@@ -21,6 +26,22 @@ void tune_malloc() {
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
   mallopt(M_TOP_PAD, 256 << 20);
+}
+
+// Prints the error and, under torchrun or pare launch, writes it to TORCHELASTIC_ERROR_FILE in
+// torchrun's format so the launcher can name it.
+void report_error(const char* what) {
+  std::fprintf(stderr, "pare: error: %s\n", what);
+  const char* path = std::getenv("TORCHELASTIC_ERROR_FILE");
+  if (!path || !*path) return;
+  nlohmann::json j = {{"message",
+                       {{"message", std::string("pare: ") + what},
+                        {"extraInfo", {{"py_callstack", ""}, {"timestamp", std::to_string(std::time(nullptr))}}}}}};
+  try {
+    pare::write_file_atomic(path, j.dump());
+  } catch (const std::exception&) {
+    // The error itself was printed; a failed error file must not hide it.
+  }
 }
 
 }  // namespace
@@ -38,6 +59,7 @@ int main(int argc, char** argv) {
   pare::cli::add_run(app, action);
   pare::cli::add_train(app, action);
   pare::cli::add_distill(app, action);
+  pare::cli::add_launch(app, action);
   pare::cli::add_eval(app, action);
   try {
     app.parse(argc, argv);
@@ -55,13 +77,13 @@ int main(int argc, char** argv) {
     if (action) action();
     return 0;
   } catch (const pare::Error& e) {
-    std::fprintf(stderr, "pare: error: %s\n", e.what());
+    report_error(e.what());
     return e.exit_code();
   } catch (const c10::Error& e) {
-    std::fprintf(stderr, "pare: error: %s\n", e.what_without_backtrace());
+    report_error(e.what_without_backtrace());
     return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "pare: error: %s\n", e.what());
+    report_error(e.what());
     return 1;
   }
 }
