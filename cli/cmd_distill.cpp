@@ -86,7 +86,7 @@ void add_distill(CLI::App& app, Action& action) {
       core::TensorDataset train, val;
       const core::TensorDataset* val_ptr = run.load_data(train, val, g, topts);
       core::Module student(std::move(g));
-      if (!run.quiet)
+      if (!run.quiet && topts.is_writer())
         std::fprintf(stderr, "distilling %s (%lld parameters) from %s on %s: T=%g alpha=%g\n",
                      o->student.c_str(), (long long)student.parameter_count(),
                      teacher->describe().c_str(), train.name.c_str(), lopts.temperature_, lopts.alpha_);
@@ -97,6 +97,7 @@ void add_distill(CLI::App& app, Action& action) {
         for (auto& t : o->teachers) s += (s.empty() ? "" : ",") + t;
         return s;
       }();
+      if (!topts.is_writer()) return;  // rank 0 writes the model and reports
       core::save_onnx(trained, o->out);
 
       nlohmann::json j = {{"student", o->student}, {"out", o->out}, {"epochs", history.size()},

@@ -31,7 +31,8 @@ void add_launch(CLI::App& app, Action& action) {
   cmd->footer(
       "Example: pare launch --nproc-per-node 2 -- pare distill --teacher t.onnx --student s ...\n"
       "When a worker fails the others get SIGTERM, then SIGKILL after the grace period; the job\n"
-      "restarts (TORCHELASTIC_RESTART_COUNT counts) or exits 1 naming the failed rank. SIGINT and\n"
+      "restarts (TORCHELASTIC_RESTART_COUNT counts) or exits with the failed rank's exit code (1 for\n"
+      "a signal), naming it. SIGINT and\n"
       "SIGTERM are forwarded to the workers; pare launch then exits 128 + the signal number.");
   cmd->callback([&action, o] {
     action = [o] {

@@ -29,13 +29,14 @@ void add_train(CLI::App& app, Action& action) {
       core::TensorDataset train, val;
       const core::TensorDataset* val_ptr = run.load_data(train, val, g, opts);
       core::Module model(std::move(g));
-      if (!run.quiet)
+      if (!run.quiet && opts.is_writer())
         std::fprintf(stderr, "training %s (%lld parameters) on %s: %lld samples, %lld epochs\n",
                      o->model.c_str(), (long long)model.parameter_count(), train.name.c_str(),
                      (long long)train.size(), (long long)opts.epochs_);
       auto history = distill::Trainer(model, opts).fit(train, val_ptr);
       core::Graph trained = model.to_graph();
       trained.metadata["pare.trained_on"] = run.data;
+      if (!opts.is_writer()) return;  // rank 0 writes the model and reports
       core::save_onnx(trained, o->out);
       const auto& last = history.back();
       if (run.json) {

@@ -3,6 +3,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "dist/world.h"
 
 namespace pare::cli {
 
@@ -58,6 +59,15 @@ distill::TrainerOptions TrainingRun::start() const {
   distill::TrainerOptions opts = trainer;
   opts.progress(!quiet);
   opts.validate();
+  // Under pare launch or torchrun (WORLD_SIZE > 1): data parallel over the ranks.
+  const dist::World world = dist::World::from_env();
+  if (world.distributed()) {
+    opts.process_group(dist::ProcessGroup::connect(world));
+    if (!quiet && world.rank == 0)
+      std::fprintf(stderr, "data parallel over %d ranks (Gloo): global batch %lld, %lld per rank\n",
+                   world.world_size, (long long)opts.batch_size_,
+                   (long long)(opts.batch_size_ / world.world_size));
+  }
   return opts;
 }
 

@@ -395,7 +395,8 @@ int launch(const LaunchOptions& o) {
     }
     std::fprintf(stderr, "pare launch: %s%s\n", line.c_str(),
                  o.max_restarts ? (" after " + std::to_string(o.max_restarts) + " restart(s)").c_str() : "");
-    code = 1;
+    const int st = job.failed_status();
+    code = WIFEXITED(st) && WEXITSTATUS(st) != 0 ? WEXITSTATUS(st) : 1;
     break;
   }
   std::system(("rm -rf '" + tmpl + "'").c_str());

@@ -40,7 +40,7 @@ void validate(const LaunchOptions& o);
 
 /// Runs the job (validate() first). Returns 0 when every worker of an attempt exited 0; otherwise,
 /// after the last allowed restart, prints "pare launch: ... rank R ... exit code C" (or the
-/// signal) on stderr and returns 1. When the launcher itself gets SIGINT or SIGTERM it forwards
+/// signal) on stderr and returns the failed worker's exit code (1 when a signal killed it). When the launcher itself gets SIGINT or SIGTERM it forwards
 /// it, stops the workers and returns 128 + the signal number. Throws InputError when the command
 /// cannot be started (not found or not executable).
 int launch(const LaunchOptions& o);

@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "core/file_util.h"
 #include "core/onnx_io.h"
+#include "dist/ddp.h"
 
 namespace pare::distill {
 
@@ -288,11 +289,30 @@ bool Trainer::load_checkpoint(State& st) {
   return true;
 }
 
+bool TrainerOptions::is_writer() const { return !process_group_ || process_group_->rank() == 0; }
+
 std::vector<EpochStats> Trainer::fit(const core::TensorDataset& train, const core::TensorDataset* val) {
   at::manual_seed(opts_.seed_);
   make_optimizer();
+  const auto& pg = opts_.process_group_;
+  const bool ddp = pg && pg->size() > 1;
+  int64_t batch_size = opts_.batch_size_;
+  if (ddp) {
+    PARE_CHECK(batch_size % pg->size() == 0, "--batch-size ", batch_size, " must be a multiple of the world size ",
+               pg->size(), ": it is the global batch, split evenly over the ranks");
+    batch_size /= pg->size();
+    writer_ = writer_ && pg->rank() == 0;
+    if (!sampler_) {
+      const uint64_t seed = opts_.seed_;
+      const int64_t global = opts_.batch_size_;
+      const int rank = pg->rank(), world = pg->size();
+      sampler_ = [seed, global, rank, world](int64_t n, int64_t epoch) {
+        return dist::shard_order(core::epoch_order(n, true, seed, epoch), global, rank, world);
+      };
+    }
+  }
   auto loader_opts = core::LoaderOptions()
-                         .batch_size(opts_.batch_size_)
+                         .batch_size(batch_size)
                          .shuffle(true)
                          .seed(opts_.seed_)
                          .augment(opts_.augment_)
@@ -304,16 +324,26 @@ std::vector<EpochStats> Trainer::fit(const core::TensorDataset& train, const cor
   int64_t total_steps = steps_per_epoch * opts_.epochs_;
   if (opts_.max_steps_ > 0) total_steps = std::min(total_steps, opts_.max_steps_);
 
+  const bool show = opts_.progress_ && writer_;
   State st;
-  if (load_checkpoint(st) && opts_.progress_)
+  if (load_checkpoint(st) && show)
     std::fprintf(stderr, "resuming from %s: epoch %lld, batch %lld, step %lld\n",
                  opts_.checkpoint_.c_str(), (long long)st.epoch + 1, (long long)st.batch,
                  (long long)st.step);
   std::string metrics;
   for (auto& h : st.history) metrics += stats_json(h).dump() + "\n";
-  Progress progress(opts_.progress_, opts_.batch_size_);
+  Progress progress(show, opts_.batch_size_);
   std::vector<at::Tensor> params = model_.parameters();
   params.insert(params.end(), extra_.begin(), extra_.end());
+  std::unique_ptr<dist::GradientSync> grad_sync;
+  if (ddp) {
+    // Rank 0's weights everywhere (a resumed run loaded the same checkpoint on every rank anyway).
+    std::vector<at::Tensor> state = params;
+    for (auto& name : model_.buffer_names()) state.push_back(model_.initializer(name));
+    dist::broadcast_from_rank0(*pg, state);
+    grad_sync = std::make_unique<dist::GradientSync>(pg, params);
+  }
+  int64_t step_samples = 0;
 
   // A run resumed from a mid-epoch checkpoint taken at its last step still closes that epoch.
   for (; st.epoch < opts_.epochs_ && (st.step < total_steps || st.batch > 0); ++st.epoch, st.batch = 0) {
@@ -342,12 +372,15 @@ std::vector<EpochStats> Trainer::fit(const core::TensorDataset& train, const cor
       (opts_.accumulate_ > 1 ? out.loss / static_cast<double>(opts_.accumulate_) : out.loss).backward();
       ++st.batch;
       const int64_t n = b.y.size(0);
+      step_samples += n;
       st.samples += n;
       st.loss_sum += l * n;
       st.correct += out.logits.detach().argmax(1).eq(b.y).sum().item<int64_t>();
       for (auto& [k, v] : out.parts) st.part_sums[k] += v * n;
       if (st.batch % opts_.accumulate_ != 0 && st.batch != batches) continue;
 
+      if (grad_sync) grad_sync->sync(step_samples);
+      step_samples = 0;
       for (auto& cb : after_backward_cbs_) cb();
       if (opts_.clip_grad_norm_ > 0) torch::nn::utils::clip_grad_norm_(params, opts_.clip_grad_norm_);
       optimizer_->step();
@@ -364,19 +397,30 @@ std::vector<EpochStats> Trainer::fit(const core::TensorDataset& train, const cor
     EpochStats es;
     es.epoch = st.epoch + 1;
     es.steps = st.step;
-    es.samples = st.samples;
     es.seconds = seconds_before + seconds_since(t0);
-    es.train_loss = st.loss_sum / std::max<int64_t>(1, st.samples);
-    es.train_accuracy = static_cast<double>(st.correct) / std::max<int64_t>(1, st.samples);
-    es.samples_per_s = (st.samples - samples_before) / std::max(1e-9, seconds_since(t0));
-    for (auto& [k, v] : st.part_sums) es.loss_parts[k] = v / std::max<int64_t>(1, st.samples);
+    // The epoch's sums over every rank (this rank's own state stays as it is, for checkpoints).
+    std::vector<double> sums = {static_cast<double>(st.samples), st.loss_sum, static_cast<double>(st.correct),
+                                static_cast<double>(st.samples - samples_before)};
+    for (auto& [k, v] : st.part_sums) sums.push_back(v);
+    if (ddp) {
+      at::Tensor t = at::tensor(sums, at::kDouble);
+      pg->all_reduce(t);
+      sums.assign(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
+    }
+    const double samples = std::max(1.0, sums[0]);
+    es.samples = static_cast<int64_t>(sums[0]);
+    es.train_loss = sums[1] / samples;
+    es.train_accuracy = sums[2] / samples;
+    es.samples_per_s = sums[3] / std::max(1e-9, seconds_since(t0));
+    size_t part = 4;
+    for (auto& [k, v] : st.part_sums) es.loss_parts[k] = sums[part++] / samples;
     if (val) {
       auto r = evaluate(model_, *val, opts_.eval_batch_size_);
       es.val_loss = r.loss;
       es.val_accuracy = r.accuracy;
     }
     progress.clear();
-    if (opts_.progress_) {
+    if (show) {
       std::fprintf(stderr, "epoch %lld/%lld: loss %.4f acc %.2f%%", (long long)es.epoch,
                    (long long)opts_.epochs_, es.train_loss, es.train_accuracy * 100);
       if (val) std::fprintf(stderr, " | val loss %.4f acc %.2f%%", es.val_loss, es.val_accuracy * 100);
@@ -405,7 +449,7 @@ std::vector<EpochStats> Trainer::fit(const core::TensorDataset& train, const cor
     next.batch = 0;
     save_checkpoint(next);
     if (stop) {
-      if (opts_.progress_)
+      if (show)
         std::fprintf(stderr, "early stop: no better validation accuracy for %lld epochs (best %.2f%%)\n",
                      (long long)opts_.patience_, st.best_val * 100);
       break;

@@ -24,6 +24,9 @@
 namespace torch::optim {
 class Optimizer;
 }
+namespace pare::dist {
+class ProcessGroup;
+}
 
 namespace pare::distill {
 
@@ -51,6 +54,14 @@ struct TrainerOptions {
   /// Random augmentation of the training batches (core::Augment), drawn from the seed; a
   /// distillation teacher sees the same augmented batch as the student.
   TrainerOptions& augment(core::Augment v) { augment_ = std::move(v); return *this; }
+  /// Data parallel training over this group's ranks (nullptr or one rank: a single process).
+  /// batch_size is then the global batch: each rank trains on batch_size / ranks samples of it
+  /// (dist::shard_order), rank 0's weights are broadcast at the start, gradients are averaged
+  /// after backward (dist::GradientSync), the epoch metrics are summed over the ranks, and only
+  /// rank 0 writes checkpoints, metrics and the progress; every rank resumes from the checkpoint.
+  TrainerOptions& process_group(std::shared_ptr<dist::ProcessGroup> pg) { process_group_ = std::move(pg); return *this; }
+  /// True unless this is a rank other than 0 of a process group: the process that writes files.
+  bool is_writer() const;
   /// Stop after this many optimizer steps in total (0: no limit); used by benchmarks.
   TrainerOptions& max_steps(int64_t v) { max_steps_ = v; return *this; }
   /// JSON lines written (atomically, rewritten each epoch) to this path; "" for none.
@@ -77,6 +88,7 @@ struct TrainerOptions {
   bool nesterov_ = false, progress_ = true, resume_ = false;
   uint64_t seed_ = 0;
   core::Augment augment_;
+  std::shared_ptr<dist::ProcessGroup> process_group_;
 
   /// Throws InputError naming the option when a value is out of range.
   void validate() const;

@@ -20,9 +20,10 @@ done
 err=$("$PARE" launch --nproc-per-node 2 -- sh -c 'echo to-stderr >&2' 2>&1 >/dev/null)
 [ "$(grep -c '^\[rank[01]\]: to-stderr$' <<<"$err")" = 2 ] && echo "ok: stderr prefixed" || fail "stderr: $err"
 
-# 2. A failing worker stops the others; the message names rank 1 and its exit code.
+# 2. A failing worker stops the others; the message names rank 1 and its exit code, which pare
+# launch exits with.
 start=$(date +%s)
-expect_exit 1 "rank 1 .*failed with exit code 3" -- "$PARE" launch --nproc-per-node 3 -- sh -c \
+expect_exit 3 "rank 1 .*failed with exit code 3" -- "$PARE" launch --nproc-per-node 3 -- sh -c \
   "if [ \$RANK = 1 ]; then exit 3; fi; exec sleep 60 # $tag"
 (( $(date +%s) - start <= 10 )) && echo "ok: stopped within 10 s" || fail "took $(( $(date +%s) - start )) s"
 no_orphans "exit 3"
@@ -41,7 +42,7 @@ rc=0; wait "$lpid" || rc=$?
 no_orphans "SIGKILL"
 
 # 4. The worker's own error message (TORCHELASTIC_ERROR_FILE) reaches the summary.
-expect_exit 1 "rank 0 .*exit code 2: pare: .*missing.onnx" -- "$PARE" launch -- "$PARE" inspect "$work/missing.onnx"
+expect_exit 2 "rank 0 .*exit code 2: pare: .*missing.onnx" -- "$PARE" launch -- "$PARE" inspect "$work/missing.onnx"
 
 # 5. SIGTERM to the launcher is forwarded; it exits 143 and leaves nothing behind.
 "$PARE" launch --nproc-per-node 2 -- sh -c "echo up; exec sleep 60 # $tag" >"$work/term.out" 2>&1 &

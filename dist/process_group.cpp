@@ -1,0 +1,145 @@
+// World from the environment, and the c10d shim: ProcessGroup over ProcessGroupGloo.
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <cstdlib>
+
+#include "core/error.h"
+#include "dist/world.h"
+
+namespace pare::dist {
+
+namespace {
+
+int env_int(const char* name, int def) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return def;
+  size_t used = 0;
+  int out = 0;
+  try {
+    out = std::stoi(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  PARE_CHECK(used > 0 && v[used] == '\0', "environment variable ", name, "='", v, "' is not an integer");
+  return out;
+}
+
+std::string env_str(const char* name, const std::string& def) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : def;
+}
+
+class GlooGroup : public ProcessGroup {
+ public:
+  GlooGroup(const World& w, std::chrono::milliseconds timeout) : rank_(w.rank), size_(w.world_size) {
+    const std::string where = w.master_addr + ":" + std::to_string(w.master_port);
+    try {
+      c10d::TCPStoreOptions so;
+      so.port = static_cast<std::uint16_t>(w.master_port);
+      so.isServer = !w.use_agent_store && w.rank == 0;
+      so.numWorkers = w.world_size;
+      so.waitWorkers = false;
+      so.timeout = timeout;
+      c10::intrusive_ptr<c10d::Store> store = c10::make_intrusive<c10d::TCPStore>(w.master_addr, so);
+      if (w.use_agent_store)
+        store = c10::make_intrusive<c10d::PrefixStore>("/worker/attempt_" + std::to_string(w.restart_count), store);
+      store = c10::make_intrusive<c10d::PrefixStore>("pare_pg", store);
+      auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
+      if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname)
+        opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
+      else if (w.local_world_size == w.world_size)
+        opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+      else
+        opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+      pg_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store, w.rank, w.world_size, opts);
+    } catch (const c10::Error& e) {
+      throw Error("rank " + std::to_string(w.rank) + " of " + std::to_string(w.world_size) +
+                  " could not join the process group at " + where + ": " + e.what_without_backtrace());
+    }
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  void all_reduce(at::Tensor& t, Reduce op) override {
+    const bool low = t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kHalf;  // Gloo 1.13: no bf16
+    std::vector<at::Tensor> ts = {low || !t.is_contiguous() ? t.to(at::kFloat).contiguous() : t};
+    pg_->allreduce(ts)->wait();
+    if (op == Reduce::kAvg) ts[0].div_(size_);
+    if (!ts[0].is_same(t)) t.copy_(ts[0]);
+  }
+
+  void all_reduce_async(at::Tensor& flat) override {
+    PARE_ASSERT(flat.is_contiguous(), "all_reduce_async needs a contiguous buffer");
+    std::vector<at::Tensor> ts = {flat};
+    pending_.push_back(pg_->allreduce(ts));
+  }
+
+  void wait() override {
+    for (auto& w : pending_) w->wait();
+    pending_.clear();
+  }
+
+  void broadcast(at::Tensor& t, int root) override {
+    std::vector<at::Tensor> ts = {t.is_contiguous() ? t : t.contiguous()};
+    c10d::BroadcastOptions o;
+    o.rootRank = root;
+    pg_->broadcast(ts, o)->wait();
+    if (!ts[0].is_same(t)) t.copy_(ts[0]);
+  }
+
+  std::vector<at::Tensor> all_gather(const at::Tensor& t) override {
+    std::vector<at::Tensor> in = {t.contiguous()};
+    std::vector<std::vector<at::Tensor>> out(1);
+    for (int r = 0; r < size_; ++r) out[0].push_back(at::empty_like(in[0]));
+    pg_->allgather(out, in)->wait();
+    return out[0];
+  }
+
+  void barrier() override { pg_->barrier()->wait(); }
+
+ private:
+  int rank_, size_;
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
+  std::vector<c10::intrusive_ptr<c10d::Work>> pending_;
+};
+
+}  // namespace
+
+World World::from_env() {
+  World w;
+  w.world_size = env_int("WORLD_SIZE", 1);
+  w.rank = env_int("RANK", 0);
+  w.local_rank = env_int("LOCAL_RANK", w.rank);
+  w.local_world_size = env_int("LOCAL_WORLD_SIZE", w.world_size);
+  w.group_rank = env_int("GROUP_RANK", 0);
+  w.restart_count = env_int("TORCHELASTIC_RESTART_COUNT", 0);
+  w.master_addr = env_str("MASTER_ADDR", w.master_addr);
+  w.master_port = env_int("MASTER_PORT", w.master_port);
+  const std::string agent = env_str("TORCHELASTIC_USE_AGENT_STORE", "False");
+  w.use_agent_store = agent == "True" || agent == "true" || agent == "1";
+  w.error_file = env_str("TORCHELASTIC_ERROR_FILE", "");
+  PARE_CHECK(w.world_size >= 1, "environment variable WORLD_SIZE=", w.world_size, " must be at least 1");
+  PARE_CHECK(w.rank >= 0 && w.rank < w.world_size, "environment variable RANK=", w.rank,
+             " must lie in [0, WORLD_SIZE=", w.world_size, ")");
+  PARE_CHECK(w.master_port > 0 && w.master_port < 65536, "environment variable MASTER_PORT=", w.master_port,
+             " is not a port");
+  return w;
+}
+
+std::shared_ptr<ProcessGroup> ProcessGroup::connect(const World& world, std::chrono::milliseconds timeout) {
+  return std::make_shared<GlooGroup>(world, timeout);
+}
+
+at::Tensor ProcessGroup::reduce_scatter(const at::Tensor& t, Reduce op) {
+  PARE_CHECK(t.dim() >= 1 && t.size(0) % size() == 0, "reduce_scatter: dim 0 of ", t.sizes(),
+             " does not split into ", size(), " equal parts");
+  at::Tensor all = t.clone();
+  all_reduce(all, op);
+  const int64_t part = t.size(0) / size();
+  return all.narrow(0, part * rank(), part).clone();
+}
+
+}  // namespace pare::dist

@@ -1,0 +1,73 @@
+// Ranks and process groups for data-parallel training, on PyTorch's own c10d (Gloo on CPU; NCCL
+// when libtorch has CUDA), behind one small shim that compiles against libtorch 1.13 and 2.x.
+//
+//   auto world = dist::World::from_env();             // torchrun's or pare launch's variables
+//   if (world.distributed()) {
+//     auto pg = dist::ProcessGroup::connect(world);    // rendezvous through the TCPStore
+//     pg->all_reduce(t, dist::Reduce::kAvg);
+//   }
+//
+// Store: when the launcher hosts one (TORCHELASTIC_USE_AGENT_STORE=True, torchrun's agent) every
+// rank connects to MASTER_ADDR:MASTER_PORT as a client under the prefix
+// "/worker/attempt_<TORCHELASTIC_RESTART_COUNT>"; otherwise (pare launch, or plain env) rank 0
+// hosts a TCPStore there and the others connect to it.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace pare::dist {
+
+/// This process's place in the job, from torchrun-style environment variables (defaults: one
+/// process, rank 0 of 1).
+struct World {
+  int rank = 0, local_rank = 0, world_size = 1, local_world_size = 1, group_rank = 0;
+  int restart_count = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  bool use_agent_store = false;
+  std::string error_file;  ///< TORCHELASTIC_ERROR_FILE, "" when unset
+
+  /// Reads RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT,
+  /// TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_USE_AGENT_STORE, TORCHELASTIC_ERROR_FILE. Throws
+  /// InputError naming the variable when one is malformed or RANK is outside [0, WORLD_SIZE).
+  static World from_env();
+  bool distributed() const { return world_size > 1; }
+};
+
+enum class Reduce { kSum, kAvg };
+
+/// A process group: collectives over every rank of the World, in the same order on every rank.
+/// Tensors are CPU tensors with Gloo (CUDA tensors with NCCL on a CUDA libtorch). Collectives the
+/// 1.13 Gloo backend lacks are covered here: kAvg (sum, then divide), bfloat16 and float16 (reduced
+/// in float32), reduce_scatter (all-reduce, keep this rank's slice).
+class ProcessGroup {
+ public:
+  /// Connects every rank (blocks until all of them have joined, or throws Error after `timeout`
+  /// naming the store address).
+  static std::shared_ptr<ProcessGroup> connect(const World& world,
+                                               std::chrono::milliseconds timeout = std::chrono::minutes(5));
+  virtual ~ProcessGroup() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  /// In place, on every rank.
+  virtual void all_reduce(at::Tensor& t, Reduce op = Reduce::kSum) = 0;
+  /// Several tensors reduced with one flattened buffer per call; `async` lets the caller start
+  /// several buckets before waiting (wait() waits for all of them).
+  virtual void all_reduce_async(at::Tensor& flat) = 0;
+  virtual void wait() = 0;
+  /// In place: `t` takes root's value.
+  virtual void broadcast(at::Tensor& t, int root = 0) = 0;
+  /// Every rank's `t` (same shape everywhere), in rank order.
+  virtual std::vector<at::Tensor> all_gather(const at::Tensor& t) = 0;
+  /// The reduction of `t` over ranks, split along dim 0 into size() equal parts: this rank's part.
+  at::Tensor reduce_scatter(const at::Tensor& t, Reduce op = Reduce::kSum);
+  virtual void barrier() = 0;
+};
+
+}  // namespace pare::dist
