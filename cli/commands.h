@@ -22,6 +22,7 @@ void add_train(CLI::App& app, Action& action);
 void add_eval(CLI::App& app, Action& action);
 void add_distill(CLI::App& app, Action& action);
 void add_launch(CLI::App& app, Action& action);
+void add_teacher_cache(CLI::App& app, Action& action);
 
 /// Sets libtorch's intra-op thread count (0 keeps its default).
 void set_threads(int threads);

@@ -60,6 +60,7 @@ int main(int argc, char** argv) {
   pare::cli::add_train(app, action);
   pare::cli::add_distill(app, action);
   pare::cli::add_launch(app, action);
+  pare::cli::add_teacher_cache(app, action);
   pare::cli::add_eval(app, action);
   try {
     app.parse(argc, argv);

@@ -435,6 +435,7 @@ Batch DataLoader::make_batch(int64_t b) const {
   Batch out;
   out.x = gather_rows(ds_.x, order_.data() + begin, end - begin);
   out.y = gather_rows(ds_.y, order_.data() + begin, end - begin);
+  out.rows = at::from_blob(const_cast<int64_t*>(order_.data() + begin), {end - begin}, at::kLong).clone();
   if (opts_.augment_.any()) augment_batch(out.x, opts_.augment_, opts_.seed_, epoch_, begin);
   out.index = b;
   return out;

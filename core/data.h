@@ -74,6 +74,7 @@ void augment_batch(at::Tensor& x, const Augment& aug, uint64_t seed, int64_t epo
 struct Batch {
   at::Tensor x;
   at::Tensor y;
+  at::Tensor rows;    ///< the dataset row of each sample (int64 [n]), for per-sample caches
   int64_t index = 0;  ///< batch number within the epoch
 };
 

@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "core/error.h"
+#include "distill/teacher_cache.h"
 
 namespace pare::distill {
 
@@ -33,10 +34,16 @@ void check_distill_setup(Teacher& teacher, core::Module& student, const DistillL
 
 std::vector<EpochStats> distill(core::Module& student, Teacher& teacher,
                                 const DistillLossOptions& loss_opts, const TrainerOptions& trainer_opts,
-                                const core::TensorDataset& train, const core::TensorDataset* val) {
+                                const core::TensorDataset& train, const core::TensorDataset* val,
+                                const std::function<void(Trainer&)>& configure) {
   PARE_CHECK(train.size() > 0, "the training set '", train.name, "' is empty");
   at::Tensor example = train.x.narrow(0, 0, std::min<int64_t>(2, train.size()));
   check_distill_setup(teacher, student, loss_opts, example);
+  if (auto* cache = dynamic_cast<CachedTeacher*>(&teacher)) {
+    cache->check(train, loss_opts.temperature_);
+    PARE_CHECK(!trainer_opts.augment_.any(), cache->describe(),
+               " holds the teacher's outputs on the original images; --augment needs a live teacher");
+  }
 
   auto loss = std::make_shared<DistillLoss>(loss_opts);
   const auto student_needed = loss->student_values_needed();
@@ -47,18 +54,20 @@ std::vector<EpochStats> distill(core::Module& student, Teacher& teacher,
     at::NoGradGuard no_grad;
     bool was_training = student.is_training();
     student.eval();
-    loss->prepare(student.forward_values({example}, student_needed), teacher.forward(example, teacher_needed));
+    core::Batch first{example, train.y.narrow(0, 0, example.size(0)), at::arange(example.size(0), at::kLong)};
+    loss->prepare(student.forward_values({example}, student_needed), teacher.forward_batch(first, teacher_needed));
     student.train(was_training);
   }
   Trainer trainer(student, trainer_opts);
   trainer.set_loss(
       [&teacher, loss, student_needed, teacher_needed, student_logits](core::Module& m, const core::Batch& b) {
-        auto t = teacher.forward(b.x, teacher_needed);  // once per batch, no grad
+        auto t = teacher.forward_batch(b, teacher_needed);  // once per batch, no grad
         auto s = m.forward_values({b.x}, student_needed);
         LossParts parts = loss->compute(s, t, b.y, student_logits, "logits");
         return StepOutput{parts.total, s.at(student_logits), parts.parts};
       },
       loss->parameters());
+  if (configure) configure(trainer);
   return trainer.fit(train, val);
 }
 

@@ -7,6 +7,7 @@
 //       distill::TrainerOptions().epochs(10).lr(1e-3), train, &test);
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "core/data.h"
@@ -24,9 +25,12 @@ void check_distill_setup(Teacher& teacher, core::Module& student, const DistillL
 
 /// Trains `student` from `teacher` on `train` (labels feed the CE term), evaluating on `val`.
 /// The teacher runs once per batch, without gradients, in eval mode. Hint projections are trained
-/// with the student and saved in its checkpoints, never in the student itself.
+/// with the student and saved in its checkpoints, never in the student itself. `configure`, when
+/// given, is called with the trainer before training starts (to add callbacks such as a pruning
+/// schedule's).
 std::vector<EpochStats> distill(core::Module& student, Teacher& teacher,
                                 const DistillLossOptions& loss, const TrainerOptions& trainer,
-                                const core::TensorDataset& train, const core::TensorDataset* val);
+                                const core::TensorDataset& train, const core::TensorDataset* val,
+                                const std::function<void(Trainer&)>& configure = nullptr);
 
 }  // namespace pare::distill

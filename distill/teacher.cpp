@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "distill/teacher_cache.h"
 #include "core/file_util.h"
 #include "core/onnx_io.h"
 #include "core/zoo.h"
@@ -331,6 +332,7 @@ std::unique_ptr<Teacher> load_teacher(const std::string& spec, uint64_t seed) {
     std::string msg = e.what();
     return msg.find(spec) != std::string::npos ? InputError(msg) : InputError("teacher '" + spec + "': " + msg);
   };
+  if (spec.rfind("cache:", 0) == 0) return std::make_unique<CachedTeacher>(spec.substr(6));
   if (is_torchscript_path(spec) || (file_exists(spec) && looks_like_zip(spec)))
     return std::make_unique<TorchScriptTeacher>(spec);
   try {

@@ -22,6 +22,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/data.h"
 #include "core/graph.h"
 #include "core/module.h"
 
@@ -39,6 +40,13 @@ class Teacher {
   /// the value if it cannot provide one, or naming the teacher when it cannot run on `x`.
   virtual std::unordered_map<std::string, at::Tensor> forward(const at::Tensor& x,
                                                               const std::vector<std::string>& values) = 0;
+
+  /// forward() on a loader batch; teachers that look samples up by dataset row (CachedTeacher)
+  /// override it and use `b.rows`.
+  virtual std::unordered_map<std::string, at::Tensor> forward_batch(const core::Batch& b,
+                                                                    const std::vector<std::string>& values) {
+    return forward(b.x, values);
+  }
 
   /// Logits only: forward(x, {}).at("logits").
   at::Tensor logits(const at::Tensor& x) { return forward(x, {}).at("logits"); }
@@ -146,7 +154,7 @@ class EnsembleTeacher : public Teacher {
 /// sum is 0.
 std::vector<double> normalize_teacher_weights(const std::vector<double>& weights, size_t n);
 
-/// Builds a teacher from a spec: a zoo spec (weights seeded with `seed`) or an ONNX file ("*.onnx",
+/// Builds a teacher from a spec: "cache:DIR" -> CachedTeacher (pare teacher-cache); a zoo spec (weights seeded with `seed`) or an ONNX file ("*.onnx",
 /// or any existing file without a TorchScript suffix) -> GraphTeacher; "*.pt", "*.ts",
 /// "*.torchscript" -> TorchScriptTeacher. Throws InputError naming the file when it is missing or
 /// cannot be loaded.

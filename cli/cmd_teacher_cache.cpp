@@ -1,0 +1,77 @@
+// pare teacher-cache --teacher T --data D [--top-k K | --sample K] [-T 4] --out DIR
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "dist/world.h"
+#include "distill/teacher_cache.h"
+
+namespace pare::cli {
+
+void add_teacher_cache(CLI::App& app, Action& action) {
+  auto* cmd = app.add_subcommand(
+      "teacher-cache", "Run a teacher once over the training set and keep its top-k (or sampled) outputs "
+                       "for `pare distill --teacher cache:DIR`");
+  struct Opts {
+    std::vector<std::string> teachers;
+    std::vector<double> weights;
+    std::string data, normalize, out;
+    distill::TeacherCacheOptions cache;
+    int threads = 0;
+    bool quiet = false, json = false;
+    uint64_t seed = 0;
+  };
+  auto o = std::make_shared<Opts>();
+  cmd->add_option("--teacher,-t", o->teachers, "Teacher: ONNX file, zoo spec or TorchScript (.pt); repeat for an ensemble")
+      ->required();
+  cmd->add_option("--teacher-weights", o->weights, "Ensemble weights (default: equal)")->delimiter(',');
+  cmd->add_option("--data,-d", o->data, "fashion-mnist[:DIR] or npy:X.npy,Y.npy (its train split is cached)")->required();
+  cmd->add_option("--normalize", o->normalize, "MEAN,STD applied to inputs (distill with the same)");
+  cmd->add_option("--out,-o", o->out, "Cache folder (index.json and per-rank shards)")->required();
+  cmd->add_option("--top-k", o->cache.top_k, "Classes kept per sample (the tail mass is kept too)")->capture_default_str();
+  cmd->add_option("--sample", o->cache.sample,
+                  "Instead of top-k: draw this many classes per sample from the teacher's distribution "
+                  "(sparse logit sampling; unbiased)");
+  cmd->add_option("--temperature,-T", o->cache.temperature, "Temperature of the cached distribution (distill with the same)")
+      ->capture_default_str();
+  cmd->add_option("--batch-size,-b", o->cache.batch_size, "Teacher batch")->capture_default_str();
+  cmd->add_option("--seed", o->seed, "Seed of the sampled draws and zoo teachers")->capture_default_str();
+  cmd->add_option("--threads", o->threads, "Intra-op threads (0: libtorch's default)");
+  cmd->add_flag("--quiet,-q", o->quiet, "No progress output");
+  cmd->add_flag("--json", o->json, "Print a JSON summary on stdout");
+  cmd->footer("Under pare launch or torchrun every rank caches its slice of the rows; rank 0 writes the index.");
+  cmd->callback([&action, o] {
+    action = [o] {
+      set_threads(o->threads);
+      o->cache.seed = o->seed;
+      o->cache.progress = !o->quiet && ::isatty(2);
+      auto teacher = distill::load_teachers(o->teachers, o->weights, o->seed);
+      core::TensorDataset train = core::load_dataset(o->data, "train");
+      if (!o->normalize.empty()) core::normalize(train, o->normalize);
+      const dist::World world = dist::World::from_env();
+      std::shared_ptr<dist::ProcessGroup> pg;
+      if (world.distributed()) pg = dist::ProcessGroup::connect(world);
+      std::string name;
+      for (auto& t : o->teachers) name += (name.empty() ? "" : ",") + t;
+      auto r = distill::write_teacher_cache(*teacher, name, train, o->data, o->cache, o->out, pg.get());
+      if (world.rank != 0) return;
+      if (o->json) {
+        std::cout << nlohmann::json{{"out", o->out}, {"samples", r.samples}, {"classes", r.classes},
+                                    {"entries", r.entries}, {"bytes_per_sample", r.bytes_per_sample},
+                                    {"seconds", r.seconds}}.dump()
+                  << "\n";
+      } else if (!o->quiet) {
+        std::fprintf(stderr, "wrote %s: %lld samples x %lld entries of %lld classes, %.0f bytes per sample (dense fp32 logits: %lld)\n",
+                     o->out.c_str(), (long long)r.samples, (long long)r.entries, (long long)r.classes,
+                     r.bytes_per_sample, (long long)(4 * r.classes));
+      }
+    };
+  });
+}
+
+}  // namespace pare::cli

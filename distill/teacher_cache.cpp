@@ -1,0 +1,201 @@
+#include "distill/teacher_cache.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <sys/stat.h>
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/file_util.h"
+#include "core/tensor_io.h"
+#include "dist/world.h"
+
+namespace pare::distill {
+
+namespace {
+
+constexpr const char* kFormat = "pare-teacher-cache-1";
+
+std::string shard_file(const std::string& dir, int rank, const char* what) {
+  return join_path(dir, "shard-" + std::to_string(rank) + "." + what + ".npy");
+}
+
+uint64_t fnv(uint64_t h, const void* data, size_t n) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001B3ULL;
+  return h;
+}
+
+}  // namespace
+
+std::string dataset_checksum(const core::TensorDataset& ds) {
+  uint64_t h = 0xCBF29CE484222325ULL;
+  at::Tensor y = ds.y.to(at::kLong).contiguous();
+  h = fnv(h, y.data_ptr(), static_cast<size_t>(y.numel()) * sizeof(int64_t));
+  at::Tensor x = ds.x.reshape(-1);
+  const int64_t stride = std::max<int64_t>(1, x.numel() / 100000);
+  at::Tensor xs = x.slice(0, 0, x.numel(), stride).to(at::kDouble).contiguous();
+  h = fnv(h, xs.data_ptr(), static_cast<size_t>(xs.numel()) * sizeof(double));
+  const int64_t n = ds.size();
+  h = fnv(h, &n, sizeof(n));
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+TeacherCacheReport write_teacher_cache(Teacher& teacher, const std::string& teacher_name,
+                                       const core::TensorDataset& ds, const std::string& data,
+                                       const TeacherCacheOptions& o, const std::string& dir,
+                                       dist::ProcessGroup* pg) {
+  PARE_CHECK(o.temperature > 0 && std::isfinite(o.temperature), "--temperature must be > 0, got ", o.temperature);
+  PARE_CHECK(o.top_k >= 1, "--top-k must be at least 1, got ", o.top_k);
+  PARE_CHECK(o.sample >= 0, "--sample must be >= 0, got ", o.sample);
+  PARE_CHECK(o.batch_size >= 1, "--batch-size must be at least 1, got ", o.batch_size);
+  PARE_CHECK(ds.size() > 0, "the dataset '", data, "' is empty");
+  ::mkdir(dir.c_str(), 0755);
+  struct stat st {};
+  PARE_CHECK(::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode), "cannot create the cache folder '", dir, "'");
+  const auto t0 = std::chrono::steady_clock::now();
+  const int rank = pg ? pg->rank() : 0, world = pg ? pg->size() : 1;
+  const int64_t n = ds.size(), begin = n * rank / world, end = n * (rank + 1) / world;
+  const int64_t classes = teacher.num_classes(ds.x.narrow(0, 0, 1));
+  const bool sampled = o.sample > 0;
+  const int64_t k = sampled ? o.sample : std::min(o.top_k, classes);
+  // Class indices in 16 bits when they fit (every vocabulary below 32767), else 32.
+  const auto idx_type = classes < 32767 ? at::kShort : at::kInt;
+  at::Tensor idx = at::full({end - begin, k}, -1, idx_type);
+  at::Tensor probs = at::zeros({end - begin, k}, at::kHalf);
+  at::Tensor rest = at::zeros({end - begin}, at::kHalf);
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(o.seed * 1000003ULL + static_cast<uint64_t>(rank));
+  at::NoGradGuard no_grad;
+  for (int64_t i = begin; i < end; i += o.batch_size) {
+    const int64_t m = std::min(o.batch_size, end - i);
+    at::Tensor p = at::softmax(teacher.logits(ds.x.narrow(0, i, m)).to(at::kFloat) / o.temperature, 1);
+    PARE_CHECK(p.size(1) == classes, teacher.describe(), " gave ", p.size(1), " classes, then ", classes);
+    if (!sampled) {
+      auto top = p.topk(k, 1);
+      idx.narrow(0, i - begin, m).copy_(std::get<1>(top));
+      probs.narrow(0, i - begin, m).copy_(std::get<0>(top));
+      rest.narrow(0, i - begin, m).copy_((1.0 - std::get<0>(top).sum(1)).clamp_min(0));
+    } else {
+      // K draws per row; the distinct classes with their frequencies, largest first.
+      at::Tensor draws = at::multinomial(p, k, /*replacement=*/true, gen);
+      at::Tensor counts = at::zeros({m, classes}, at::kFloat).scatter_add_(1, draws, at::ones({m, k}, at::kFloat));
+      auto top = (counts / static_cast<double>(k)).topk(std::min(k, classes), 1);
+      at::Tensor w = std::get<0>(top), c = std::get<1>(top).to(idx_type);
+      c.masked_fill_(w.eq(0), -1);
+      idx.narrow(0, i - begin, m).narrow(1, 0, w.size(1)).copy_(c);
+      probs.narrow(0, i - begin, m).narrow(1, 0, w.size(1)).copy_(w);
+    }
+    if (o.progress && rank == 0)
+      std::fprintf(stderr, "\rteacher-cache: %lld/%lld rows", (long long)(i + m - begin), (long long)(end - begin));
+  }
+  if (o.progress && rank == 0) std::fprintf(stderr, "\n");
+  core::save_npy(idx, shard_file(dir, rank, "classes"));
+  core::save_npy(probs, shard_file(dir, rank, "probs"));
+  core::save_npy(rest, shard_file(dir, rank, "rest"));
+  if (pg) pg->barrier();
+  TeacherCacheReport r;
+  r.samples = n;
+  r.classes = classes;
+  r.entries = k;
+  r.bytes_per_sample = static_cast<double>(k * (idx.element_size() + 2) + 2);
+  if (rank == 0) {
+    nlohmann::json shards = nlohmann::json::array();
+    for (int q = 0; q < world; ++q) shards.push_back({{"rank", q}, {"begin", n * q / world}, {"end", n * (q + 1) / world}});
+    nlohmann::json j = {{"format", kFormat},
+                        {"kind", sampled ? "sampled" : "top-k"},
+                        {"entries", k},
+                        {"temperature", o.temperature},
+                        {"classes", classes},
+                        {"samples", n},
+                        {"teacher", teacher_name},
+                        {"data", data},
+                        {"checksum", dataset_checksum(ds)},
+                        {"bytes_per_sample", r.bytes_per_sample},
+                        {"shards", shards}};
+    write_file_atomic(join_path(dir, "index.json"), j.dump(1) + "\n");
+  }
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+CachedTeacher::CachedTeacher(const std::string& dir) : dir_(dir) {
+  const std::string index = join_path(dir, "index.json");
+  PARE_CHECK(file_exists(index), "teacher cache '", dir, "': no index.json (make one with pare teacher-cache)");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(read_file(index));
+    PARE_CHECK(j.at("format") == kFormat, "unknown format ", j.at("format").dump());
+    kind_ = j.at("kind").get<std::string>();
+    samples_ = j.at("samples").get<int64_t>();
+    classes_ = j.at("classes").get<int64_t>();
+    temperature_ = j.at("temperature").get<double>();
+    checksum_ = j.at("checksum").get<std::string>();
+  } catch (const InputError& e) {
+    throw InputError(index + ": " + e.what());
+  } catch (const std::exception& e) {
+    throw InputError(index + ": not a pare teacher-cache index: " + e.what());
+  }
+  std::vector<at::Tensor> idx, probs, rest;
+  int64_t next = 0;
+  for (auto& s : j.at("shards")) {
+    const int rank = s.at("rank").get<int>();
+    const int64_t b = s.at("begin").get<int64_t>(), e = s.at("end").get<int64_t>();
+    PARE_CHECK(b == next && e >= b, index, ": shard ", rank, " covers rows [", b, ", ", e, "), expected to start at ", next);
+    idx.push_back(core::load_npy(shard_file(dir, rank, "classes")).to(at::kLong));
+    probs.push_back(core::load_npy(shard_file(dir, rank, "probs")).to(at::kFloat));
+    rest.push_back(core::load_npy(shard_file(dir, rank, "rest")).to(at::kFloat));
+    PARE_CHECK(idx.back().dim() == 2 && idx.back().size(0) == e - b && probs.back().sizes() == idx.back().sizes() &&
+                   rest.back().dim() == 1 && rest.back().size(0) == e - b,
+               "teacher cache '", dir, "': shard ", rank, " does not hold ", e - b, " rows of matching shape");
+    next = e;
+  }
+  PARE_CHECK(next == samples_, index, ": the shards cover ", next, " rows, the index says ", samples_);
+  classes_idx_ = at::cat(idx);
+  probs_ = at::cat(probs);
+  rest_ = at::cat(rest);
+  PARE_CHECK(classes_idx_.max().item<int64_t>() < classes_, index, ": a class index is out of range");
+}
+
+std::string CachedTeacher::describe() const { return "teacher cache '" + dir_ + "' (" + kind_ + ")"; }
+
+void CachedTeacher::check(const core::TensorDataset& ds, double temperature) const {
+  PARE_CHECK(ds.size() == samples_ && dataset_checksum(ds) == checksum_, describe(), " was built for another dataset (",
+             samples_, " rows, checksum ", checksum_, ") than '", ds.name, "' (", ds.size(), " rows, checksum ",
+             dataset_checksum(ds), "); rebuild it, with the same --normalize");
+  PARE_CHECK(std::abs(temperature - temperature_) < 1e-9, describe(), " holds the teacher's distribution at T=",
+             temperature_, "; distill with -T ", temperature_, " (or rebuild the cache at T=", temperature, ")");
+}
+
+std::unordered_map<std::string, at::Tensor> CachedTeacher::forward(const at::Tensor&, const std::vector<std::string>&) {
+  throw InputError(describe() + " can only teach the rows of its dataset, not arbitrary inputs");
+}
+
+std::unordered_map<std::string, at::Tensor> CachedTeacher::forward_batch(const core::Batch& b,
+                                                                         const std::vector<std::string>& values) {
+  for (auto& v : values)
+    PARE_CHECK(v == "logits", describe(), " has only logits, not '", v, "' (hints need a live teacher)");
+  PARE_CHECK(b.rows.defined() && b.rows.numel() == b.y.size(0), describe(), " needs the dataset rows of the batch");
+  PARE_CHECK(b.rows.numel() == 0 || (b.rows.min().item<int64_t>() >= 0 && b.rows.max().item<int64_t>() < samples_),
+             describe(), ": batch rows outside its ", samples_, " rows");
+  at::Tensor idx = classes_idx_.index_select(0, b.rows), p = probs_.index_select(0, b.rows);
+  const int64_t m = idx.size(0);
+  // Padding (-1) goes to an extra column that is dropped; the tail mass (top-k) is spread evenly
+  // over the classes the cache does not name.
+  at::Tensor ext = at::where(idx.ge(0), idx, at::full_like(idx, classes_));
+  at::Tensor named = at::zeros({m, classes_ + 1}, at::kFloat).scatter_(1, ext, 1.0f).narrow(1, 0, classes_);
+  at::Tensor cached = at::zeros({m, classes_ + 1}, at::kFloat).scatter_(1, ext, p).narrow(1, 0, classes_);
+  at::Tensor others = (classes_ - named.sum(1)).clamp_min(1);
+  at::Tensor tail = (rest_.index_select(0, b.rows) / others).unsqueeze(1);
+  at::Tensor dense = at::where(named.gt(0), cached, tail.expand({m, classes_}));
+  at::Tensor logits = dense.clamp_min(1e-12).log() * temperature_;
+  return {{"logits", logits.to(b.x.device())}};
+}
+
+}  // namespace pare::distill

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# pare teacher-cache and pare distill --teacher cache:DIR: the cache is written (per rank under
+# pare launch), a student distills from it, and misuse (other data, another temperature,
+# augmentation, hints, a missing cache) exits 2 naming the problem.
+source "$(dirname "$0")/lib.sh"
+make_npy_data "$work" 256
+data="npy:$work/x.npy,$work/y.npy"
+"$PARE" train --model lenet5 --data "$data" --epochs 1 --batch-size 32 --no-val --quiet --out "$work/teacher.onnx"
+
+expect_exit 0 '"bytes_per_sample":14' -- "$PARE" teacher-cache --teacher "$work/teacher.onnx" --data "$data" \
+  --top-k 3 -T 4 --json --out "$work/cache"
+[ -f "$work/cache/index.json" ] && [ -f "$work/cache/shard-0.probs.npy" ] && echo "ok: cache files" || fail "cache files"
+student=(--student mlp:784-32-10 --data "$data" --epochs 2 --batch-size 32 --quiet)
+d=(distill --teacher "cache:$work/cache" "${student[@]}")
+expect_exit 0 "" -- "$PARE" "${d[@]}" -T 4 --out "$work/student.onnx"
+[ -f "$work/student.onnx" ] && echo "ok: student from the cache" || fail "no student"
+
+expect_exit 2 "T=4.*-T 4" -- "$PARE" "${d[@]}" -T 2 --out "$work/bad.onnx"
+expect_exit 2 "augment needs a live teacher" -- "$PARE" "${d[@]}" --augment flip --out "$work/bad.onnx"
+expect_exit 2 "no value named 'relu1'" -- "$PARE" "${d[@]}" --hint relu1:fc1 --out "$work/bad.onnx"
+"$PY" - "$work" <<'PYEOF'
+import sys, numpy as np
+d = sys.argv[1]
+y = np.load(f"{d}/y.npy"); np.save(f"{d}/y2.npy", (y + 1) % 10)
+PYEOF
+expect_exit 2 "another dataset" -- "$PARE" distill --teacher "cache:$work/cache" --student mlp:784-32-10 \
+  --data "npy:$work/x.npy,$work/y2.npy" --epochs 1 --quiet --out "$work/bad.onnx"
+expect_exit 2 "index.json" -- "$PARE" distill --teacher "cache:$work/nope" "${student[@]}" --out "$work/bad.onnx"
+expect_exit 2 "top-k" -- "$PARE" teacher-cache --teacher "$work/teacher.onnx" --data "$data" --top-k 0 --out "$work/bad"
+no_file "$work/bad.onnx"
+
+# Sampled kind, and two ranks writing one shard each: the same distribution as one process.
+expect_exit 0 "" -- "$PARE" teacher-cache --teacher "$work/teacher.onnx" --data "$data" --sample 16 --quiet \
+  --out "$work/sampled"
+expect_exit 0 "" -- "$PARE" distill --teacher "cache:$work/sampled" "${student[@]}" --out "$work/student2.onnx"
+expect_exit 0 "" -- "$PARE" launch --nproc-per-node 2 -- "$PARE" teacher-cache --teacher "$work/teacher.onnx" \
+  --data "$data" --top-k 3 --quiet --out "$work/cache2"
+"$PY" - "$work" <<'PYEOF' && echo "ok: 2-rank cache = 1-rank cache" || fail "2-rank cache differs"
+import json, sys, numpy as np
+d = sys.argv[1]
+idx = json.load(open(f"{d}/cache2/index.json"))
+assert [s["rank"] for s in idx["shards"]] == [0, 1], idx["shards"]
+two = np.concatenate([np.load(f"{d}/cache2/shard-{r}.probs.npy") for r in (0, 1)]).astype(np.float32)
+one = np.load(f"{d}/cache/shard-0.probs.npy").astype(np.float32)
+assert two.shape == one.shape and np.abs(two - one).max() <= 1e-3, np.abs(two - one).max()
+PYEOF
+finish

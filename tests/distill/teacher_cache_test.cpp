@@ -1,0 +1,103 @@
+// Tests for distill/teacher_cache: the cached distribution read back, both kinds, and misuse.
+#include "distill/teacher_cache.h"
+
+#include <gtest/gtest.h>
+
+#include "core/file_util.h"
+#include "core/zoo.h"
+#include "tests/test_util.h"
+
+using namespace pare;
+using pare::testing::expect_input_error;
+using pare::testing::TempDir;
+
+namespace {
+core::TensorDataset dataset(int64_t n, uint64_t seed) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  return {at::rand({n, 1, 28, 28}, gen), at::randint(10, {n}, gen, at::kLong), "rand"};
+}
+
+core::Batch rows(const core::TensorDataset& ds, std::vector<int64_t> r) {
+  at::Tensor idx = at::tensor(r, at::kLong);
+  return {ds.x.index_select(0, idx), ds.y.index_select(0, idx), idx};
+}
+
+distill::TeacherCacheOptions opts(int64_t k, int64_t sample = 0) {
+  distill::TeacherCacheOptions o;
+  o.top_k = k;
+  o.sample = sample;
+  o.temperature = 3.0;
+  o.batch_size = 7;
+  o.progress = false;
+  return o;
+}
+}  // namespace
+
+TEST(TeacherCache, AllClassesGiveTheTeachersDistribution) {
+  TempDir dir;
+  auto ds = dataset(30, 1);
+  distill::GraphTeacher t(core::build_zoo_model("lenet5", 2), "lenet5");
+  auto r = distill::write_teacher_cache(t, "lenet5", ds, "rand", opts(10), dir.path());
+  EXPECT_EQ(r.samples, 30);
+  EXPECT_EQ(r.entries, 10);
+  EXPECT_EQ(r.bytes_per_sample, 10 * 4 + 2);  // int16 class + fp16 probability, fp16 tail
+  distill::CachedTeacher c(dir.path());
+  EXPECT_EQ(c.num_classes(ds.x), 10);
+  auto b = rows(ds, {29, 0, 13});
+  at::Tensor want = at::softmax(t.logits(b.x) / 3.0, 1);
+  at::Tensor got = at::softmax(c.forward_batch(b, {}).at("logits") / 3.0, 1);
+  EXPECT_LT((want - got).abs().max().item<double>(), 1e-3);  // fp16 storage
+}
+
+TEST(TeacherCache, TopKKeepsTheLargestAndSpreadsTheTail) {
+  TempDir dir;
+  auto ds = dataset(20, 3);
+  distill::GraphTeacher t(core::build_zoo_model("lenet5", 4), "lenet5");
+  distill::write_teacher_cache(t, "lenet5", ds, "rand", opts(3), dir.path());
+  distill::CachedTeacher c(dir.path());
+  auto b = rows(ds, {5, 6, 7, 8});
+  at::Tensor p = at::softmax(t.logits(b.x) / 3.0, 1);
+  at::Tensor q = at::softmax(c.forward_batch(b, {}).at("logits") / 3.0, 1);
+  auto top = p.topk(3, 1);
+  EXPECT_LT((q.gather(1, std::get<1>(top)) - std::get<0>(top)).abs().max().item<double>(), 2e-3);
+  // The other 7 classes share the tail mass equally.
+  at::Tensor mask = at::ones_like(q).scatter_(1, std::get<1>(top), 0.0).to(at::kBool);
+  at::Tensor others = q.masked_select(mask).view({4, 7});
+  EXPECT_LT((others - others.mean(1, true)).abs().max().item<double>(), 1e-6);
+  EXPECT_LT((others.sum(1) - (1 - std::get<0>(top).sum(1))).abs().max().item<double>(), 2e-3);
+}
+
+TEST(TeacherCache, SampledTargetsAreFrequenciesNearTheTeachers) {
+  TempDir dir;
+  auto ds = dataset(6, 5);
+  distill::GraphTeacher t(core::build_zoo_model("lenet5", 6), "lenet5");
+  auto o = opts(1, 4000);
+  distill::write_teacher_cache(t, "lenet5", ds, "rand", o, dir.path());
+  distill::CachedTeacher c(dir.path());
+  EXPECT_EQ(c.kind(), "sampled");
+  auto b = rows(ds, {0, 1, 2, 3, 4, 5});
+  at::Tensor p = at::softmax(t.logits(b.x) / 3.0, 1);
+  at::Tensor q = at::softmax(c.forward_batch(b, {}).at("logits") / 3.0, 1);
+  EXPECT_LT((q.sum(1) - 1).abs().max().item<double>(), 1e-3);
+  EXPECT_LT((q - p).abs().max().item<double>(), 0.05);  // 4000 draws: a few standard errors
+}
+
+TEST(TeacherCache, RefusesOtherDataOtherTemperaturesAndInputs) {
+  TempDir dir;
+  auto ds = dataset(12, 7);
+  distill::GraphTeacher t(core::build_zoo_model("lenet5", 8), "lenet5");
+  distill::write_teacher_cache(t, "lenet5", ds, "rand", opts(2), dir.path());
+  distill::CachedTeacher c(dir.path());
+  EXPECT_NO_THROW(c.check(ds, 3.0));
+  expect_input_error([&] { c.check(ds, 4.0); }, {"T=3", "-T 3"});
+  auto other = dataset(12, 9);
+  expect_input_error([&] { c.check(other, 3.0); }, {"another dataset", "--normalize"});
+  expect_input_error([&] { c.forward(ds.x, {}); }, {"only teach the rows"});
+  expect_input_error([&] { c.forward_batch(rows(ds, {1}), {"relu1"}); }, {"'relu1'", "live teacher"});
+  core::Batch past = rows(ds, {11});
+  past.rows.fill_(12);
+  expect_input_error([&] { c.forward_batch(past, {}); }, {"outside"});
+  expect_input_error([&] { distill::CachedTeacher(dir.path() + "/nope"); }, {"index.json"});
+  write_file_atomic(dir.file("index.json"), "{\"format\": 3}");
+  expect_input_error([&] { distill::CachedTeacher x(dir.path()); }, {"index.json"});
+}
