@@ -204,16 +204,20 @@ def check_teacher(args, tmp):
     return diff
 
 
-def measure_pare_kd(args, batch, tmp):
+def measure_pare_kd(args, batch, tmp, launcher=(), threads=None):
+    """Steady-state samples/s of `pare distill`; `launcher` (e.g. pare launch ... --) runs it on
+    several ranks, `threads` overrides args.threads per process."""
+    threads = args.threads if threads is None else threads
+
     def distill(steps):
         metrics = os.path.join(tmp, "metrics.jsonl")
         if os.path.exists(metrics):
             os.remove(metrics)
-        run_json([args.pare, "distill", "--teacher", args.teacher, "--student", args.student,
+        run_json(list(launcher) + [args.pare, "distill", "--teacher", args.teacher, "--student", args.student,
                   "--data", "fashion-mnist", "--temperature", str(TEMPERATURE), "--alpha", str(ALPHA),
                   "--epochs", "100", "--batch-size", str(batch), "--lr", str(LR), "--optimizer", "adam",
                   "--seed", "0", "--max-steps", str(steps), "--no-val", "--quiet", "--json",
-                  "--threads", str(args.threads), "--metrics", metrics,
+                  "--threads", str(threads), "--metrics", metrics,
                   "--out", os.path.join(tmp, "student.onnx")], who=WHO)
         with open(metrics) as f:
             lines = [json.loads(l) for l in f if l.strip()]
