@@ -205,16 +205,27 @@ class Job {
         {"TORCHELASTIC_ERROR_FILE", w.error_file},
     };
     const bool set_omp = o_.nproc_per_node > 1 && !std::getenv("OMP_NUM_THREADS");
+    // Signals stay blocked across fork until the child has dropped the launcher's handlers: one
+    // sent to the new worker's group meanwhile must not run them (they would report it to us).
+    sigset_t block, old;
+    sigemptyset(&block);
+    sigaddset(&block, SIGCHLD);
+    sigaddset(&block, SIGINT);
+    sigaddset(&block, SIGTERM);
+    ::sigprocmask(SIG_BLOCK, &block, &old);
     pid_t pid = ::fork();
+    if (pid != 0) ::sigprocmask(SIG_SETMASK, &old, nullptr);
     PARE_CHECK(pid >= 0, "pare launch: fork: ", std::strerror(errno));
     if (pid == 0) {
       ::setpgid(0, 0);
-      sigset_t none;
-      sigemptyset(&none);
-      ::sigprocmask(SIG_SETMASK, &none, nullptr);
       ::signal(SIGCHLD, SIG_DFL);
       ::signal(SIGINT, SIG_DFL);
       ::signal(SIGTERM, SIG_DFL);
+      ::close(g_signal_pipe[0]);
+      ::close(g_signal_pipe[1]);
+      sigset_t none;
+      sigemptyset(&none);
+      ::sigprocmask(SIG_SETMASK, &none, nullptr);
       ::dup2(out[1], 1);
       ::dup2(err[1], 2);
       for (auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
