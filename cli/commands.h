@@ -23,6 +23,8 @@ void add_eval(CLI::App& app, Action& action);
 void add_distill(CLI::App& app, Action& action);
 void add_launch(CLI::App& app, Action& action);
 void add_teacher_cache(CLI::App& app, Action& action);
+void add_prune(CLI::App& app, Action& action);
+void add_quantize(CLI::App& app, Action& action);
 
 /// Sets libtorch's intra-op thread count (0 keeps its default).
 void set_threads(int threads);

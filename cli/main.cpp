@@ -61,7 +61,9 @@ int main(int argc, char** argv) {
   pare::cli::add_distill(app, action);
   pare::cli::add_launch(app, action);
   pare::cli::add_teacher_cache(app, action);
+  pare::cli::add_prune(app, action);
   pare::cli::add_eval(app, action);
+  pare::cli::add_quantize(app, action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -3,9 +3,9 @@ include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
 install(TARGETS pare RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-install(TARGETS pare_core pare_distill pare_dist pare_deps EXPORT pareTargets
+install(TARGETS pare_core pare_distill pare_dist pare_prune pare_quantize pare_deps EXPORT pareTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
-foreach(dir core distill dist)
+foreach(dir core distill dist prune quantize)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${dir}/ DESTINATION include/pare/${dir}
           FILES_MATCHING PATTERN "*.h")
 endforeach()

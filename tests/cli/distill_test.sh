@@ -18,17 +18,8 @@ expect_exit 0 "" -- "$PARE" distill --teacher "$work/teacher.onnx" --teacher len
   --student mlp:784-64-10 --data "$data" --epochs 1 --batch-size 32 --quiet --no-val --out "$work/ens.onnx"
 
 # SIGKILL mid-epoch, then --resume: identical student.
-args=(distill --teacher "$work/teacher.onnx" --student lenet5 --data "$data" --epochs 2 --batch-size 16
-      --seed 3 --no-val --quiet --threads 1 --hint relu3:relu3)
-"$PARE" "${args[@]}" --out "$work/ref.onnx"
-"$PARE" "${args[@]}" --checkpoint "$work/d.ckpt" --checkpoint-every 3 --out "$work/run.onnx" &
-pid=$!
-for _ in $(seq 1 600); do [ -f "$work/d.ckpt" ] && break; sleep 0.02; done
-kill -9 "$pid" 2>/dev/null || true
-wait "$pid" 2>/dev/null || true
-[ -f "$work/run.onnx" ] && fail "the run finished before it could be killed"
-expect_exit 0 "" -- "$PARE" "${args[@]}" --checkpoint "$work/d.ckpt" --checkpoint-every 3 --resume --out "$work/run.onnx"
-cmp -s "$work/ref.onnx" "$work/run.onnx" && echo "ok: resumed student identical" || fail "resumed student differs"
+expect_resume_identical distill 3 distill --teacher "$work/teacher.onnx" --student lenet5 --data "$data" --epochs 2 \
+  --batch-size 16 --seed 3 --no-val --quiet --threads 1 --hint relu3:relu3
 
 # Bad options exit 2 naming the problem, leaving no output.
 base=(distill --teacher "$work/teacher.onnx" --student mlp:784-64-10 --data "$data" --epochs 1 --quiet --out "$work/bad.onnx")

@@ -23,6 +23,23 @@ no_file() {
   if ls "$1"* >/dev/null 2>&1; then fail "left a file behind: $(ls "$1"*)"; else echo "ok: no $1"; fi
 }
 
+# expect_resume_identical NAME EVERY PARE_ARGS...: runs pare with PARE_ARGS (without --out) to the
+# end, then again with a checkpoint every EVERY steps, kills that run with SIGKILL once the
+# checkpoint exists, resumes it with --resume, and checks both runs wrote identical models.
+expect_resume_identical() {
+  local name=$1 every=$2; shift 2
+  local ck="$work/$name.ckpt" ref="$work/$name.ref.onnx" run="$work/$name.run.onnx"
+  "$PARE" "$@" --out "$ref"
+  "$PARE" "$@" --checkpoint "$ck" --checkpoint-every "$every" --out "$run" &
+  local pid=$!
+  for _ in $(seq 1 600); do [ -f "$ck" ] && break; sleep 0.02; done
+  kill -9 "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+  [ -f "$run" ] && fail "$name: the run finished before it could be killed"
+  expect_exit 0 "" -- "$PARE" "$@" --checkpoint "$ck" --checkpoint-every "$every" --resume --out "$run"
+  cmp -s "$ref" "$run" && echo "ok: $name resumed identical" || fail "$name: the resumed run differs"
+}
+
 finish() {
   if [ "$fails" -ne 0 ]; then echo "$fails check(s) failed"; exit 1; fi
   echo "all checks passed"

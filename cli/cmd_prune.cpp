@@ -1,0 +1,294 @@
+// pare prune MODEL --data D --method magnitude|nm|channel --sparsity X [--global] [--n 2 --m 4]
+// [--exclude NAME,...] [--schedule oneshot|iterative|gradual --epochs N [--teacher T]] [--analyze]
+// --out pruned.onnx
+//
+// Composes prune/ with distill/: the pruning schedule's MaskedPruning runs in the Trainer's
+// on_step callback, and recovery training distils from --teacher when one is given.
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "core/file_util.h"
+#include "core/module.h"
+#include "core/onnx_io.h"
+#include "core/summary.h"
+#include "distill/distiller.h"
+#include "prune/masks.h"
+#include "prune/schedule.h"
+#include "prune/sensitivity.h"
+#include "prune/structured.h"
+
+namespace pare::cli {
+
+namespace {
+
+struct PruneCli {
+  std::string model, out, method = "magnitude", schedule = "oneshot", importance = "l1", analyze_json;
+  double sparsity = 0.5, prune_end = 0.75;
+  bool global = false, analyze = false;
+  int64_t n = 2, m = 4, prune_every = 0, iterations = 4, taylor_batches = 8;
+  std::vector<std::string> exclude, teachers;
+  std::vector<double> teacher_weights, ratios = {0.25, 0.5, 0.75, 0.9};
+  TrainingRun run;
+  distill::DistillLossOptions loss;
+};
+
+double accuracy(const core::Graph& g, const core::TensorDataset* val, int64_t batch) {
+  if (!val) return -1;
+  core::Module m(g);
+  return distill::evaluate(m, *val, batch).accuracy;
+}
+
+// Fine-tunes or distils `student` for the trainer's epochs; `configure` adds callbacks.
+void recover(PruneCli& o, core::Module& student, const distill::TrainerOptions& topts,
+             const core::TensorDataset& train, const core::TensorDataset* val,
+             const std::function<void(distill::Trainer&)>& configure) {
+  if (o.teachers.empty()) {
+    distill::Trainer trainer(student, topts);
+    if (configure) configure(trainer);
+    trainer.fit(train, val);
+    return;
+  }
+  auto teacher = distill::load_teachers(o.teachers, o.teacher_weights, topts.seed_);
+  distill::DistillLossOptions lopts = o.loss;
+  lopts.seed(topts.seed_);
+  lopts.validate();
+  if (!o.run.quiet)
+    std::fprintf(stderr, "recovering by distillation from %s: T=%g alpha=%g\n", teacher->describe().c_str(),
+                 lopts.temperature_, lopts.alpha_);
+  distill::distill(student, *teacher, lopts, topts, train, val, configure);
+}
+
+void run_prune(PruneCli& o) {
+  TrainingRun& run = o.run;
+  set_threads(run.threads);
+  PARE_CHECK(o.method == "magnitude" || o.method == "nm" || o.method == "channel",
+             "--method must be magnitude, nm or channel, got '", o.method, "'");
+  PARE_CHECK(o.schedule == "oneshot" || o.schedule == "iterative" || o.schedule == "gradual",
+             "--schedule must be oneshot, iterative or gradual, got '", o.schedule, "'");
+  PARE_CHECK(std::isfinite(o.sparsity) && o.sparsity >= 0 && o.sparsity <= 1,
+             "--sparsity must lie in [0, 1] (0.9 = 90% of the weights removed), got ", o.sparsity);
+  PARE_CHECK(!o.out.empty() || o.analyze, "--out FILE is required (unless --analyze)");
+  const int64_t epochs = run.trainer.epochs_;
+  PARE_CHECK(epochs >= 0, "--epochs must be >= 0, got ", epochs);
+  PARE_CHECK(o.schedule == "oneshot" || epochs > 0, "--schedule ", o.schedule,
+             " prunes during training: give --epochs N (N >= 1)");
+  PARE_CHECK(o.method == "magnitude" || o.schedule == "oneshot", "--method ", o.method,
+             " prunes once: use --schedule oneshot (with --epochs N to recover)");
+  PARE_CHECK(o.teachers.empty() || epochs > 0, "--teacher distils during recovery training: give --epochs N (N >= 1)");
+  PARE_CHECK(o.prune_end > 0 && o.prune_end <= 1, "--prune-end must lie in (0, 1], got ", o.prune_end);
+  prune::MaskOptions mopts = prune::MaskOptions()
+                                 .method(o.method == "nm" ? prune::MaskMethod::kNM : prune::MaskMethod::kMagnitude)
+                                 .sparsity(o.sparsity)
+                                 .global(o.global)
+                                 .n(o.n)
+                                 .m(o.m);
+  mopts.validate();
+  const prune::Importance importance = prune::parse_importance(o.importance);
+
+  core::Graph g = core::load_model(o.model, run.trainer.seed_);
+  std::vector<prune::WeightTarget> targets;
+  if (o.method != "channel") {
+    targets = prune::find_targets(g, o.exclude);
+    PARE_CHECK(!targets.empty(), "model '", o.model, "' has no prunable weights left (Conv, Gemm or MatMul with a weight initializer)");
+  }
+  distill::TrainerOptions topts = run.trainer;
+  topts.progress(!run.quiet);
+  if (epochs > 0) topts.validate();
+  core::TensorDataset train, val;
+  const core::TensorDataset* val_ptr = run.load_data(train, val, g, topts);
+  const int64_t eval_bs = topts.eval_batch_size_;
+  const core::ModelSummary before = core::summarize(g);
+  const double acc_before = accuracy(g, val_ptr, eval_bs);
+  if (!run.quiet && val_ptr)
+    std::fprintf(stderr, "%s: %lld parameters, %s accuracy %.2f%%\n", o.model.c_str(), (long long)before.params,
+                 run.val_split.c_str(), acc_before * 100);
+
+  if (o.analyze) {
+    PARE_CHECK(val_ptr != nullptr, "--analyze evaluates each pruned variant: drop --no-val");
+    auto rows = prune::sensitivity_scan(
+        g,
+        prune::ScanOptions().ratios(o.ratios).channels(o.method == "channel").importance(importance).exclude(o.exclude),
+        [&](const core::Graph& p) { return accuracy(p, val_ptr, eval_bs); });
+    std::cout << prune::to_text(rows, run.val_split + " accuracy");
+    if (!o.analyze_json.empty()) {
+      nlohmann::json j = {{"model", o.model},
+                          {"method", o.method},
+                          {"baseline", acc_before},
+                          {"rows", prune::to_json(rows)}};
+      write_file_atomic(o.analyze_json, j.dump(2) + "\n");
+    }
+    if (o.out.empty()) return;
+  }
+
+  core::Graph pruned;
+  std::string detail;
+  double acc_pruned = -1;  // right after a one-shot prune, before recovery training
+  nlohmann::json curve = nlohmann::json::array();  // per epoch: sparsity and validation accuracy
+  if (o.method == "channel") {
+    prune::TaylorScores taylor;
+    prune::ChannelOptions copts = prune::ChannelOptions().sparsity(o.sparsity).importance(importance).exclude(o.exclude);
+    if (importance == prune::Importance::kTaylor) {
+      PARE_CHECK(o.taylor_batches >= 1, "--taylor-batches must be at least 1, got ", o.taylor_batches);
+      core::Module m(g);
+      m.train();
+      int64_t b = 0;
+      const int64_t bs = std::min<int64_t>(topts.batch_size_, train.size());
+      taylor = prune::taylor_scores(m, [&] {
+        const int64_t start = (b++ * bs) % std::max<int64_t>(1, train.size() - bs + 1);
+        at::Tensor logits = m.forward({train.x.narrow(0, start, bs)}).at(0);
+        return at::cross_entropy_loss(logits, train.y.narrow(0, start, bs));
+      }, o.taylor_batches);
+      copts.taylor(&taylor);
+    }
+    prune::ChannelPruneResult res = prune::prune_channels(g, copts);
+    if (!run.quiet) std::fprintf(stderr, "channel groups:\n%s", res.report().c_str());
+    if (epochs > 0) acc_pruned = accuracy(res.graph, val_ptr, eval_bs);
+    core::Module student(res.graph);
+    if (epochs > 0) recover(o, student, topts, train, val_ptr, nullptr);
+    pruned = student.to_graph();
+    detail = "channel " + std::to_string(o.sparsity) + " " + prune::importance_name(importance);
+  } else {
+    core::Module student(g);
+    prune::SparsitySchedule sched = prune::SparsitySchedule::one_shot(o.sparsity);
+    if (o.schedule != "oneshot") {
+      const int64_t batches = (train.size() + topts.batch_size_ - 1) / topts.batch_size_;
+      int64_t total = (batches + topts.accumulate_ - 1) / topts.accumulate_ * epochs;
+      if (topts.max_steps_ > 0) total = std::min(total, topts.max_steps_);
+      const int64_t end = std::max<int64_t>(1, static_cast<int64_t>(o.prune_end * total));
+      if (o.schedule == "gradual") {
+        const int64_t dt = o.prune_every > 0 ? o.prune_every : std::max<int64_t>(1, end / 20);
+        sched = prune::SparsitySchedule::gradual(o.sparsity, 0.0, 0, std::max<int64_t>(1, end / dt), dt);
+      } else {
+        sched = prune::SparsitySchedule::iterative(o.sparsity, o.iterations, 0, end);
+      }
+    }
+    prune::MaskedPruning pruning(student, targets, mopts, sched);
+    pruning.start();
+    if (epochs > 0 && o.schedule == "oneshot") acc_pruned = accuracy(student.to_graph(), val_ptr, eval_bs);
+    if (!run.quiet) {
+      std::fprintf(stderr, "pruning %zu layers (%s%s): %s\n", targets.size(), o.method.c_str(),
+                   o.method == "nm" ? (" " + std::to_string(o.n) + ":" + std::to_string(o.m)).c_str()
+                                    : (o.global ? ", global" : ", per layer"),
+                   sched.describe().c_str());
+      for (auto& s : pruning.skipped())
+        std::fprintf(stderr, "  %s left dense: its input dimension is not a multiple of %lld\n", s.c_str(), (long long)o.m);
+    }
+    if (epochs > 0)
+      recover(o, student, topts, train, val_ptr, [&](distill::Trainer& t) {
+        if (topts.resume_ && file_exists(topts.checkpoint_)) pruning.resume_from_weights();
+        t.on_after_backward([&pruning] { pruning.before_step(); });
+        t.on_step([&pruning](int64_t step, double) { pruning.after_step(step); });
+        t.on_epoch([&](const distill::EpochStats& es) {
+          const double s = prune::measure_sparsity(prune::lookup_in(student), targets).sparsity();
+          curve.push_back({{"epoch", es.epoch}, {"sparsity", s}, {"val_accuracy", es.val_accuracy}});
+          if (!run.quiet) std::fprintf(stderr, "  sparsity after epoch %lld: %.2f%%\n", (long long)es.epoch, s * 100);
+        });
+      });
+    pruned = student.to_graph();
+    detail = o.method == "nm" ? "nm " + std::to_string(o.n) + ":" + std::to_string(o.m)
+                              : "magnitude " + std::string(o.global ? "global " : "") + std::to_string(o.sparsity);
+  }
+  pruned.metadata["pare.pruned"] = detail;
+  const core::ModelSummary after = core::summarize(pruned);
+  const double acc_after = accuracy(pruned, val_ptr, eval_bs);
+  if (!o.out.empty()) core::save_onnx(pruned, o.out);
+
+  nlohmann::json j = {{"model", o.model}, {"out", o.out}, {"method", o.method}, {"sparsity", o.sparsity},
+                      {"schedule", o.schedule}, {"epochs", epochs},
+                      {"params_before", before.params}, {"params_after", after.params},
+                      {"flops_before", before.flops_per_sample}, {"flops_after", after.flops_per_sample},
+                      {"weight_sparsity", after.sparsity()}, {"curve", curve}};
+  if (val_ptr) {
+    j["accuracy_before"] = acc_before;
+    j["accuracy_after"] = acc_after;
+    if (acc_pruned >= 0) j["accuracy_pruned"] = acc_pruned;
+  }
+  if (!run.quiet && o.method == "channel") {
+    // Weight shapes that changed, layer by layer.
+    std::map<std::string, std::vector<int64_t>> shape_before;
+    for (auto& l : before.layers) shape_before[l.name] = l.weight_shape;
+    auto str = [](const std::vector<int64_t>& s) {
+      std::string r = "[";
+      for (size_t i = 0; i < s.size(); ++i) r += (i ? "," : "") + std::to_string(s[i]);
+      return r + "]";
+    };
+    for (auto& l : after.layers) {
+      auto it = shape_before.find(l.name);
+      if (it != shape_before.end() && it->second != l.weight_shape)
+        std::fprintf(stderr, "  %s: %s -> %s\n", l.name.c_str(), str(it->second).c_str(), str(l.weight_shape).c_str());
+    }
+  }
+  if (!run.quiet) {
+    std::fprintf(stderr, "parameters %lld -> %lld, FLOPs/sample %lld -> %lld, weight sparsity %.2f%%\n",
+                 (long long)before.params, (long long)after.params, (long long)before.flops_per_sample,
+                 (long long)after.flops_per_sample, after.sparsity() * 100);
+    if (val_ptr && acc_pruned >= 0)
+      std::fprintf(stderr, "%s accuracy: %.2f%% -> %.2f%% pruned -> %.2f%% after recovery\n", run.val_split.c_str(),
+                   acc_before * 100, acc_pruned * 100, acc_after * 100);
+    else if (val_ptr)
+      std::fprintf(stderr, "%s accuracy: %.2f%% -> %.2f%%\n", run.val_split.c_str(), acc_before * 100, acc_after * 100);
+  }
+  if (run.json) std::cout << j.dump() << "\n";
+  else if (!run.quiet) std::fprintf(stderr, "wrote %s\n", o.out.c_str());
+}
+
+}  // namespace
+
+void add_prune(CLI::App& app, Action& action) {
+  auto* cmd = app.add_subcommand("prune", "Prune a model (magnitude, N:M or whole channels) and recover its accuracy");
+  auto o = std::make_shared<PruneCli>();
+  o->run.trainer.epochs(0);
+  cmd->add_option("model", o->model, "ONNX file or zoo spec")->required();
+  cmd->add_option("--out,-o", o->out, "Where to write the pruned model (.onnx)");
+  auto g = "Pruning";
+  cmd->add_option("--method", o->method,
+                  "magnitude (unstructured), nm (N:M along the input dim) or channel (removes channels, heads)")
+      ->capture_default_str()->group(g);
+  cmd->add_option("--sparsity", o->sparsity, "Fraction removed: of the weights (magnitude) or of each channel group")
+      ->capture_default_str()->group(g);
+  cmd->add_flag("--global", o->global, "magnitude: one threshold over all layers (default: the same fraction per layer)")
+      ->group(g);
+  cmd->add_option("--n", o->n, "nm: non-zeros kept per group")->capture_default_str()->group(g);
+  cmd->add_option("--m", o->m, "nm: group size along the input dimension")->capture_default_str()->group(g);
+  cmd->add_option("--exclude", o->exclude, "Nodes left unpruned, e.g. fc3 or conv1,fc2")->delimiter(',')->group(g);
+  cmd->add_option("--importance", o->importance, "channel: l1, l2, bn-scale or taylor")->capture_default_str()->group(g);
+  cmd->add_option("--taylor-batches", o->taylor_batches, "taylor: training batches the gradients are summed over")
+      ->capture_default_str()->group(g);
+  cmd->add_option("--prune-end", o->prune_end, "gradual/iterative: fraction of the training steps by which the final sparsity is reached")
+      ->capture_default_str()->group(g);
+  cmd->add_option("--prune-every", o->prune_every, "gradual: optimizer steps between mask updates (0: 20 updates)")->group(g);
+  cmd->add_option("--iterations", o->iterations, "iterative: number of equal sparsity increments")
+      ->capture_default_str()->group(g);
+  cmd->add_flag("--analyze", o->analyze, "Sensitivity scan: prune each layer alone at --ratios and print the accuracy table")
+      ->group(g);
+  cmd->add_option("--ratios", o->ratios, "--analyze: ratios to try")->delimiter(',')->group(g);
+  cmd->add_option("--analyze-json", o->analyze_json, "--analyze: also write the table as JSON here")->group(g);
+  auto d = "Recovery by distillation";
+  cmd->add_option("--teacher,-t", o->teachers, "Distil from this teacher while recovering (ONNX, zoo spec, .pt; repeatable)")
+      ->group(d);
+  cmd->add_option("--teacher-weights", o->teacher_weights, "Ensemble weights")->delimiter(',')->group(d);
+  cmd->add_option("--temperature,-T", o->loss.temperature_, "Softmax temperature of the KD term")
+      ->capture_default_str()->group(d);
+  cmd->add_option("--alpha", o->loss.alpha_, "Weight of the KD term; labels' cross entropy gets 1 - alpha")
+      ->capture_default_str()->group(d);
+  o->run.add_options(cmd);
+  // The pruning schedule owns --schedule here; the learning-rate schedule moves to --lr-schedule.
+  cmd->remove_option(cmd->get_option("--schedule"));
+  cmd->add_option("--schedule", o->schedule,
+                  "oneshot, iterative or gradual (Zhu & Gupta cubic; needs --epochs); masks stay applied while training")
+      ->capture_default_str()->group(g);
+  cmd->add_option("--lr-schedule", o->run.trainer.schedule_, "Learning-rate schedule: constant, step or cosine")
+      ->capture_default_str()->group("Training");
+  cmd->footer("--epochs 0 (the default) prunes without recovery training. Impossible requests (a sparsity outside "
+              "[0, 1], an unknown --exclude name, channel pruning that would remove every channel of a group) "
+              "exit with code 2 and write nothing.");
+  cmd->callback([&action, o] { action = [o] { run_prune(*o); }; });
+}
+
+}  // namespace pare::cli

@@ -1,0 +1,415 @@
+// Attaches prune's facets to the core ops: "prune.weight" (which input is the prunable weight)
+// and "prune.channels" (how channel dimensions flow through the op). See prune/facets.h.
+#include "prune/facets.h"
+
+#include <algorithm>
+#include <mutex>
+
+#include "core/error.h"
+
+namespace pare::prune {
+
+namespace {
+
+using core::Node;
+using Dims = std::vector<std::pair<std::string, int64_t>>;
+
+bool has(const Node& n, size_t i) { return n.has_input(i); }
+
+int64_t norm_axis(int64_t a, int64_t rank) { return a < 0 ? a + rank : a; }
+
+// Outputs of an unsupported op: fixed; every grouped input dimension is blocked.
+void block_all(const Node& n, ChannelGraph& cg) {
+  for (const auto& in : n.inputs) {
+    if (in.empty() || cg.is_initializer(in)) continue;
+    for (int64_t a = 0; a < cg.rank(in); ++a)
+      cg.block(cg.get(in, a), "flows into " + n.describe() + ", which has no channel rule");
+  }
+  for (const auto& o : n.outputs) {
+    if (o.empty()) continue;
+    const auto& sh = cg.shape(o);
+    for (size_t a = 0; a < sh.size(); ++a) cg.set(o, static_cast<int64_t>(a), ChannelGraph::fixed(sh[a]));
+  }
+}
+
+// Numpy broadcasting: each output dim is the join of the inputs' dims that are not broadcast.
+void elementwise(const Node& n, ChannelGraph& cg) {
+  const std::string& out = n.outputs.at(0);
+  const auto& osh = cg.shape(out);
+  const int64_t ro = static_cast<int64_t>(osh.size());
+  for (int64_t a = 0; a < ro; ++a) {
+    Dims dims;
+    for (const auto& in : n.inputs) {
+      if (in.empty()) continue;
+      const int64_t ri = cg.rank(in), ai = a - (ro - ri);
+      if (ai < 0) continue;
+      if (cg.shape(in)[ai] == osh[a]) dims.push_back({in, ai});
+    }
+    Layout l = cg.join(dims, osh[a]);
+    for (const auto& o : n.outputs)
+      if (!o.empty() && cg.rank(o) == ro) cg.set(o, a, l);
+  }
+  for (const auto& o : n.outputs)  // e.g. Dropout's mask has the shape of the output
+    if (!o.empty() && cg.rank(o) != ro)
+      for (int64_t a = 0; a < cg.rank(o); ++a) cg.set(o, a, ChannelGraph::fixed(cg.shape(o)[a]));
+}
+
+// Ops that keep element order and only change the shape (Reshape, Flatten, Squeeze, Unsqueeze):
+// dims are matched in chunks of equal products, each chunk merged and split again.
+void reshape_like(const Node& n, ChannelGraph& cg, const std::string& shape_init = "") {
+  const std::string &in = n.inputs.at(0), &out = n.outputs.at(0);
+  const auto &ish = cg.shape(in), &osh = cg.shape(out);
+  const size_t ni = ish.size(), no = osh.size();
+  std::vector<int64_t> shape_vals;
+  if (!shape_init.empty()) shape_vals = core::to_int_vector(cg.graph().initializers.at(shape_init));
+  size_t i = 0, j = 0;
+  while (i < ni || j < no) {
+    std::vector<size_t> ai, aj;
+    int64_t pi = 1, pj = 1;
+    if (i < ni) { ai.push_back(i); pi = ish[i++]; }
+    if (j < no) { aj.push_back(j); pj = osh[j++]; }
+    while (pi != pj) {
+      if (pi < pj && i < ni) { ai.push_back(i); pi *= ish[i++]; }
+      else if (pj < pi && j < no) { aj.push_back(j); pj *= osh[j++]; }
+      else break;
+    }
+    // Size-1 dims at the end of a chunk belong to no channel: absorb them.
+    std::vector<Layout> in_l;
+    std::vector<int64_t> in_s, out_s;
+    for (size_t a : ai) { in_l.push_back(cg.get(in, a)); in_s.push_back(ish[a]); }
+    for (size_t a : aj) out_s.push_back(osh[a]);
+    const std::string why = n.describe();
+    if (pi != pj) {
+      for (auto& l : in_l) cg.block(l, why + ": shapes do not line up");
+      for (size_t a : aj) cg.set(out, a, ChannelGraph::fixed(osh[a]));
+      continue;
+    }
+    Layout merged = cg.merge(in_l, in_s, why);
+    std::vector<Layout> parts = cg.split(merged, out_s, why);
+    for (size_t k = 0; k < aj.size(); ++k) {
+      cg.set(out, aj[k], parts[k]);
+      const bool grouped = std::any_of(parts[k].begin(), parts[k].end(), [](const Segment& s) { return s.group >= 0; });
+      if (!grouped) continue;
+      if (!shape_init.empty() && aj[k] < shape_vals.size() && shape_vals[aj[k]] > 0)
+        cg.shape_entry(shape_init, aj[k], parts[k]);
+    }
+  }
+}
+
+void pass_axes(const Node& n, ChannelGraph& cg, const std::set<int64_t>& blocked, const std::string& why) {
+  const std::string &in = n.inputs.at(0), &out = n.outputs.at(0);
+  for (int64_t a = 0; a < cg.rank(in); ++a) {
+    Layout l = cg.get(in, a);
+    if (blocked.count(a)) {
+      cg.block(l, why);
+      l = ChannelGraph::fixed(cg.shape(in)[a]);
+    }
+    if (a < cg.rank(out)) cg.set(out, a, l);
+  }
+}
+
+void conv(const Node& n, ChannelGraph& cg) {
+  const std::string &x = n.inputs.at(0), &w = n.inputs.at(1), &y = n.outputs.at(0);
+  const auto& wsh = cg.shape(w);
+  const int64_t group = n.attr_int("group", 1), c = cg.shape(x)[1], m = wsh[0];
+  cg.set(y, 0, cg.get(x, 0));
+  for (int64_t a = 2; a < cg.rank(y); ++a) {
+    cg.block(cg.get(x, a), n.describe() + " slides over this dimension");
+    cg.set(y, a, ChannelGraph::fixed(cg.shape(y)[a]));
+  }
+  if (!cg.is_initializer(w)) {
+    cg.block(cg.get(x, 1), n.describe() + " has a computed weight");
+    cg.set(y, 1, ChannelGraph::fixed(m));
+    return;
+  }
+  if (group == 1) {
+    Layout out = cg.source(n, m);
+    cg.tie(w, 0, out, Role::kProduce);
+    if (has(n, 2)) cg.tie(n.inputs[2], 0, out, Role::kProduce);
+    cg.tie(w, 1, cg.get(x, 1), Role::kConsume);
+    cg.set(y, 1, out);
+  } else if (group == c && wsh[1] == 1 && m % c == 0) {
+    // Depthwise: output channel c * mult + r reads input channel c only.
+    Layout in = cg.get(x, 1), out = in;
+    for (Segment& s : out) (s.group < 0 ? s.count : s.k) *= m / c;
+    cg.tie(w, 0, out, Role::kCarry);
+    if (has(n, 2)) cg.tie(n.inputs[2], 0, out, Role::kCarry);
+    cg.attr_size(n, "group", in);
+    cg.set(y, 1, out);
+  } else {
+    cg.block(cg.get(x, 1), n.describe() + " is a grouped convolution (group " + std::to_string(group) + ")");
+    cg.set(y, 1, ChannelGraph::fixed(m));
+  }
+}
+
+void conv_transpose(const Node& n, ChannelGraph& cg) {
+  const std::string &x = n.inputs.at(0), &w = n.inputs.at(1), &y = n.outputs.at(0);
+  const int64_t group = n.attr_int("group", 1), m = cg.shape(y)[1];
+  cg.set(y, 0, cg.get(x, 0));
+  for (int64_t a = 2; a < cg.rank(y); ++a) {
+    cg.block(cg.get(x, a), n.describe() + " slides over this dimension");
+    cg.set(y, a, ChannelGraph::fixed(cg.shape(y)[a]));
+  }
+  if (!cg.is_initializer(w) || group != 1) {
+    cg.block(cg.get(x, 1), n.describe() + " is grouped or has a computed weight");
+    cg.set(y, 1, ChannelGraph::fixed(m));
+    return;
+  }
+  Layout out = cg.source(n, m);
+  cg.tie(w, 1, out, Role::kProduce);
+  if (has(n, 2)) cg.tie(n.inputs[2], 0, out, Role::kProduce);
+  cg.tie(w, 0, cg.get(x, 1), Role::kConsume);
+  cg.set(y, 1, out);
+}
+
+void gemm(const Node& n, ChannelGraph& cg) {
+  const std::string &a = n.inputs.at(0), &b = n.inputs.at(1), &y = n.outputs.at(0);
+  const bool ta = n.attr_int("transA", 0) != 0, tb = n.attr_int("transB", 0) != 0;
+  const int64_t a_m = ta ? 1 : 0, a_k = ta ? 0 : 1, b_k = tb ? 1 : 0, b_n = tb ? 0 : 1;
+  const int64_t nout = cg.shape(y)[1];
+  Layout rows = cg.is_initializer(a) ? ChannelGraph::fixed(cg.shape(y)[0]) : cg.get(a, a_m);
+  Layout cols;
+  if (cg.is_initializer(b) && !cg.is_initializer(a)) {
+    cols = cg.source(n, nout);
+    cg.tie(b, b_n, cols, Role::kProduce);
+    cg.tie(b, b_k, cg.get(a, a_k), Role::kConsume);
+  } else {
+    cg.join({{a, a_k}, {b, b_k}}, cg.shape(a)[a_k]);
+    cols = cg.is_initializer(b) ? ChannelGraph::fixed(nout) : cg.get(b, b_n);
+  }
+  if (has(n, 2)) {
+    const std::string& c = n.inputs[2];
+    const auto& csh = cg.shape(c);
+    const int64_t rc = static_cast<int64_t>(csh.size());
+    if (rc >= 1 && csh[rc - 1] == nout) {
+      if (cg.is_initializer(c)) cg.tie(c, rc - 1, cols, Role::kProduce);
+      else cg.unify(cg.get(c, rc - 1), cols, n.describe());
+    }
+    if (rc == 2 && csh[0] > 1) {
+      if (cg.is_initializer(c)) cg.tie(c, 0, rows);
+      else cg.unify(cg.get(c, 0), rows, n.describe());
+    }
+  }
+  cg.set(y, 0, rows);
+  cg.set(y, 1, cols);
+}
+
+void matmul(const Node& n, ChannelGraph& cg) {
+  const std::string &a = n.inputs.at(0), &b = n.inputs.at(1), &y = n.outputs.at(0);
+  const int64_t ra = cg.rank(a), rb = cg.rank(b), ry = cg.rank(y);
+  if (ra < 2 || rb < 2) return block_all(n, cg);
+  const auto& ysh = cg.shape(y);
+  if (cg.is_initializer(b) && rb == 2 && !cg.is_initializer(a)) {
+    Layout cols = cg.source(n, cg.shape(b)[1]);
+    cg.tie(b, 1, cols, Role::kProduce);
+    cg.tie(b, 0, cg.get(a, ra - 1), Role::kConsume);
+    for (int64_t i = 0; i < ra - 1; ++i) cg.set(y, i, cg.get(a, i));
+    cg.set(y, ry - 1, cols);
+    return;
+  }
+  cg.join({{a, ra - 1}, {b, rb - 2}}, cg.shape(a)[ra - 1]);
+  // Batch dims broadcast like an elementwise op.
+  for (int64_t i = 0; i < ry - 2; ++i) {
+    Dims dims;
+    const int64_t ia = i - (ry - ra), ib = i - (ry - rb);
+    if (ia >= 0 && cg.shape(a)[ia] == ysh[i]) dims.push_back({a, ia});
+    if (ib >= 0 && cg.shape(b)[ib] == ysh[i]) dims.push_back({b, ib});
+    cg.set(y, i, cg.join(dims, ysh[i]));
+  }
+  cg.set(y, ry - 2, cg.is_initializer(a) ? ChannelGraph::fixed(ysh[ry - 2]) : cg.get(a, ra - 2));
+  cg.set(y, ry - 1, cg.is_initializer(b) ? ChannelGraph::fixed(ysh[ry - 1]) : cg.get(b, rb - 1));
+}
+
+void batch_norm(const Node& n, ChannelGraph& cg) {
+  const std::string& x = n.inputs.at(0);
+  Layout c = cg.get(x, 1);
+  const Role roles[] = {Role::kScale, Role::kCarry, Role::kCarry, Role::kCarry};
+  for (size_t i = 1; i < 5 && i < n.inputs.size(); ++i)
+    if (has(n, i)) {
+      if (cg.is_initializer(n.inputs[i])) cg.tie(n.inputs[i], 0, c, roles[i - 1]);
+      else cg.unify(cg.get(n.inputs[i], 0), c, n.describe());
+    }
+  for (int64_t a = 0; a < cg.rank(x); ++a) cg.set(n.outputs[0], a, cg.get(x, a));
+  for (size_t o = 1; o < n.outputs.size(); ++o)
+    if (!n.outputs[o].empty()) cg.set(n.outputs[o], 0, c);
+}
+
+void layer_norm(const Node& n, ChannelGraph& cg) {
+  const std::string& x = n.inputs.at(0);
+  const int64_t r = cg.rank(x), axis = norm_axis(n.attr_int("axis", -1), r);
+  std::set<int64_t> normalized;
+  for (int64_t a = axis; a < r; ++a) normalized.insert(a);
+  pass_axes(n, cg, normalized, n.describe() + " normalizes over this dimension");
+  for (size_t i = 1; i < n.inputs.size(); ++i)  // scale and bias cover the normalized dims
+    if (has(n, i) && !cg.is_initializer(n.inputs[i]))
+      for (int64_t a = 0; a < cg.rank(n.inputs[i]); ++a) cg.block(cg.get(n.inputs[i], a), n.describe());
+  for (size_t o = 1; o < n.outputs.size(); ++o) {
+    if (n.outputs[o].empty()) continue;
+    for (int64_t a = 0; a < cg.rank(n.outputs[o]); ++a)
+      cg.set(n.outputs[o], a, a < axis ? cg.get(x, a) : ChannelGraph::fixed(cg.shape(n.outputs[o])[a]));
+  }
+}
+
+// Pooling keeps N and C and slides over (or reduces) the spatial dims.
+void pool(const Node& n, ChannelGraph& cg) {
+  const std::string& x = n.inputs.at(0);
+  std::set<int64_t> spatial;
+  for (int64_t a = 2; a < cg.rank(x); ++a) spatial.insert(a);
+  // MaxPool's flat Indices count across channels: channels cannot change under them.
+  if (n.outputs.size() > 1 && !n.outputs[1].empty()) spatial.insert(1);
+  pass_axes(n, cg, spatial, n.describe() + " pools over this dimension");
+  for (int64_t a = 2; a < cg.rank(n.outputs[0]); ++a)
+    cg.set(n.outputs[0], a, ChannelGraph::fixed(cg.shape(n.outputs[0])[a]));
+  if (n.outputs.size() > 1 && !n.outputs[1].empty())
+    for (int64_t a = 0; a < cg.rank(n.outputs[1]); ++a)
+      cg.set(n.outputs[1], a, ChannelGraph::fixed(cg.shape(n.outputs[1])[a]));
+}
+
+void softmax(const Node& n, ChannelGraph& cg) {
+  const int64_t r = cg.rank(n.inputs.at(0));
+  pass_axes(n, cg, {norm_axis(n.attr_int("axis", -1), r)}, n.describe() + " normalizes along this dimension");
+}
+
+void reduce(const Node& n, ChannelGraph& cg) {
+  const std::string &x = n.inputs.at(0), &y = n.outputs.at(0);
+  const int64_t r = cg.rank(x);
+  std::vector<int64_t> axes = n.attr_ints("axes");
+  if (n.op_type == "ArgMax" || n.op_type == "ArgMin") axes = {n.attr_int("axis", 0)};
+  if (has(n, 1)) {
+    if (!cg.is_initializer(n.inputs[1])) return block_all(n, cg);
+    axes = core::to_int_vector(cg.graph().initializers.at(n.inputs[1]));
+  }
+  std::set<int64_t> reduced;
+  for (int64_t a : axes) reduced.insert(norm_axis(a, r));
+  if (axes.empty() && n.attr_int("noop_with_empty_axes", 0) == 0)
+    for (int64_t a = 0; a < r; ++a) reduced.insert(a);
+  const bool keep = n.attr_int("keepdims", 1) != 0;
+  int64_t o = 0;
+  for (int64_t a = 0; a < r; ++a) {
+    if (reduced.count(a)) {
+      cg.block(cg.get(x, a), n.describe() + " reduces over this dimension");
+      if (keep) cg.set(y, o++, ChannelGraph::fixed(1));
+    } else {
+      cg.set(y, o++, cg.get(x, a));
+    }
+  }
+}
+
+void transpose(const Node& n, ChannelGraph& cg) {
+  const std::string &x = n.inputs.at(0), &y = n.outputs.at(0);
+  const int64_t r = cg.rank(x);
+  std::vector<int64_t> perm = n.attr_ints("perm");
+  if (perm.empty())
+    for (int64_t a = r - 1; a >= 0; --a) perm.push_back(a);
+  for (int64_t a = 0; a < r; ++a) cg.set(y, a, cg.get(x, norm_axis(perm[a], r)));
+}
+
+void concat(const Node& n, ChannelGraph& cg) {
+  const std::string& y = n.outputs.at(0);
+  const int64_t r = cg.rank(y), axis = norm_axis(n.attr_int("axis", 0), r);
+  for (int64_t a = 0; a < r; ++a) {
+    if (a == axis) {
+      Layout l;
+      for (const auto& in : n.inputs) {
+        if (in.empty()) continue;
+        Layout part = cg.get(in, a);
+        l.insert(l.end(), part.begin(), part.end());
+      }
+      cg.set(y, a, l);
+      continue;
+    }
+    Dims dims;
+    for (const auto& in : n.inputs)
+      if (!in.empty()) dims.push_back({in, a});
+    cg.set(y, a, cg.join(dims, cg.shape(y)[a]));
+  }
+}
+
+void reshape(const Node& n, ChannelGraph& cg) {
+  const std::string& shape = n.inputs.at(1);
+  if (cg.is_initializer(shape)) return reshape_like(n, cg, shape);
+  // A computed shape cannot be rewritten: only dims that stay untouched may pass.
+  reshape_like(n, cg);
+  for (int64_t a = 0; a < cg.rank(n.outputs[0]); ++a) {
+    cg.block(cg.get(n.outputs[0], a), n.describe() + " has a computed target shape");
+    cg.set(n.outputs[0], a, ChannelGraph::fixed(cg.shape(n.outputs[0])[a]));
+  }
+}
+
+// Reads only its input's shape: no constraint on the channels, a fixed output.
+void shape_only(const Node& n, ChannelGraph& cg) {
+  for (const auto& o : n.outputs)
+    if (!o.empty())
+      for (int64_t a = 0; a < cg.rank(o); ++a) cg.set(o, a, ChannelGraph::fixed(cg.shape(o)[a]));
+}
+
+std::optional<WeightRole> weight_at(const Node& n, const core::Graph& g, int input, int64_t axis) {
+  if (!n.has_input(input) || !g.is_initializer(n.inputs[input])) return std::nullopt;
+  return WeightRole{input, axis};
+}
+
+}  // namespace
+
+void register_prune_facets(core::OpRegistry& reg) {
+  auto weight = [&](const char* op, std::function<std::optional<WeightRole>(const Node&, const core::Graph&)> fn) {
+    reg.mutable_get(op).set_facet(kWeightFacet, WeightFacet{std::move(fn)});
+  };
+  weight("Conv", [](const Node& n, const core::Graph& g) { return weight_at(n, g, 1, 1); });
+  weight("ConvTranspose", [](const Node& n, const core::Graph& g) { return weight_at(n, g, 1, 0); });
+  weight("Gemm", [](const Node& n, const core::Graph& g) {
+    return weight_at(n, g, 1, n.attr_int("transB", 0) != 0 ? 1 : 0);
+  });
+  weight("MatMul", [](const Node& n, const core::Graph& g) -> std::optional<WeightRole> {
+    auto rank2 = [&](int i) { return n.has_input(i) && g.is_initializer(n.inputs[i]) && g.initializers.at(n.inputs[i]).dim() == 2; };
+    if (rank2(1) && !g.is_initializer(n.inputs[0])) return WeightRole{1, 0};
+    if (rank2(0) && !g.is_initializer(n.inputs[1])) return WeightRole{0, 1};
+    return std::nullopt;
+  });
+
+  auto channels = [&](const std::vector<std::string>& ops, std::function<void(const Node&, ChannelGraph&)> fn,
+                      bool supported = true) {
+    for (const auto& op : ops) reg.mutable_get(op).set_facet(kChannelFacet, ChannelFacet{fn, supported});
+  };
+  channels({"Conv"}, conv);
+  channels({"ConvTranspose"}, conv_transpose);
+  channels({"Gemm"}, gemm);
+  channels({"MatMul"}, matmul);
+  channels({"BatchNormalization"}, batch_norm);
+  channels({"LayerNormalization"}, layer_norm);
+  channels({"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"}, pool);
+  channels({"Softmax", "LogSoftmax"}, softmax);
+  channels({"Transpose"}, transpose);
+  channels({"Concat"}, concat);
+  channels({"Reshape"}, reshape);
+  channels({"Flatten", "Squeeze", "Unsqueeze"}, [](const Node& n, ChannelGraph& cg) { reshape_like(n, cg); });
+  channels({"Shape", "Size"}, shape_only);
+  std::vector<std::string> reductions;
+  for (const auto& name : reg.names())
+    if (name.rfind("Reduce", 0) == 0) reductions.push_back(name);
+  reductions.push_back("ArgMax");
+  reductions.push_back("ArgMin");
+  channels(reductions, reduce);
+  // Elementwise with numpy broadcasting: the arithmetic, comparison and logic ops, activations,
+  // Clip, Cast, Where, Dropout, Identity and the variadic Sum/Mean/Max/Min.
+  channels({"Add", "Sub", "Mul", "Div", "Pow", "Mod", "Equal", "Less", "LessOrEqual", "Greater",
+            "GreaterOrEqual", "And", "Or", "Xor", "Sum", "Mean", "Max", "Min", "Identity", "Neg",
+            "Abs", "Sqrt", "Exp", "Log", "Reciprocal", "Floor", "Ceil", "Round", "Sign", "Sin", "Cos",
+            "Erf", "Tanh", "Sigmoid", "Relu", "Not", "LeakyRelu", "Elu", "HardSigmoid", "HardSwish",
+            "Softplus", "Cast", "Clip", "Where", "Dropout"},
+           elementwise);
+  // Marked unsupported: the dims these touch keep their size. An op in none of these lists has
+  // no facet, and the analysis of a graph that uses it fails naming the op.
+  channels({"Gather", "GatherElements", "Slice", "Constant", "ConstantOfShape", "Expand", "Split",
+            "Range", "Tile", "Pad"},
+           block_all, false);
+  for (const char* q : {"QuantizeLinear", "DequantizeLinear", "MatMulNBits"})  // core/ops_quant.cpp
+    if (reg.find(q)) channels({q}, block_all, false);
+}
+
+const core::OpRegistry& prune_registry() {
+  static std::once_flag once;
+  std::call_once(once, [] { register_prune_facets(core::OpRegistry::global()); });
+  return core::OpRegistry::global();
+}
+
+}  // namespace pare::prune

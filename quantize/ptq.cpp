@@ -1,0 +1,487 @@
+// Rewrites an fp32 graph into a QDQ graph: BatchNorm folded, activation ranges calibrated,
+// QuantizeLinear/DequantizeLinear pairs inserted, weights stored as int8 and biases as int32.
+#include "quantize/ptq.h"
+
+#include <algorithm>
+#include <cmath>
+#include <iomanip>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/module.h"
+#include "quantize/fold_bn.h"
+
+namespace pare::quantize {
+
+using core::Graph;
+using core::Node;
+using Kind = QuantPolicy::Kind;
+
+void register_quantize_policies(core::OpRegistry& reg) {
+  auto compute = [](int64_t (*axis)(const Node&, int64_t), int bias) {
+    QuantPolicy p;
+    p.kind = Kind::kCompute;
+    p.activation_inputs = {0};
+    p.weight_input = 1;
+    p.bias_input = bias;
+    p.weight_axis = axis;
+    return p;
+  };
+  std::map<std::string, QuantPolicy> known;
+  known["Conv"] = compute([](const Node&, int64_t) -> int64_t { return 0; }, 2);
+  known["Gemm"] = compute(
+      [](const Node& n, int64_t) -> int64_t { return n.attr_int("transB", 0) != 0 ? 0 : 1; }, 2);
+  // MatMul x @ W with W [K, N]: output channels along the last axis.
+  known["MatMul"] = compute([](const Node&, int64_t rank) -> int64_t { return rank == 2 ? 1 : -1; }, -1);
+  for (const char* op : {"Relu", "Clip"}) known[op].kind = Kind::kFusable;
+  for (const char* op : {"MaxPool", "Flatten", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Identity",
+                         "Dropout"})
+    known[op].kind = Kind::kPassthrough;
+  for (const auto& name : reg.names()) {
+    QuantPolicy p;
+    auto it = known.find(name);
+    if (it != known.end()) {
+      p = it->second;
+    } else if (name == "QuantizeLinear" || name == "DequantizeLinear") {
+      p.why_not = "it is itself a quantization op";
+    } else {
+      p.why_not = "pare quantizes only Conv, Gemm and MatMul with a constant weight (" + name +
+                  " runs in fp32 on dequantized inputs)";
+    }
+    reg.mutable_get(name).set_facet(kPolicyFacet, p);
+  }
+}
+
+const QuantPolicy& policy_of(const std::string& op_type) {
+  static std::once_flag once;
+  std::call_once(once, [] { register_quantize_policies(core::OpRegistry::global()); });
+  return core::OpRegistry::global().get(op_type).facet<QuantPolicy>(kPolicyFacet);
+}
+
+void check_not_quantized(const Graph& g, const std::string& origin) {
+  for (const auto& n : g.nodes)
+    PARE_CHECK(n.op_type != "QuantizeLinear" && n.op_type != "DequantizeLinear", origin,
+               " is already quantized: it holds ", n.describe(), "; quantize its fp32 original");
+  for (const auto& [name, t] : g.initializers)
+    PARE_CHECK(t.scalar_type() != at::kChar && t.scalar_type() != at::kByte, origin,
+               " is already quantized: initializer '", name, "' is ", core::dtype_name(t.scalar_type()),
+               "; quantize its fp32 original");
+}
+
+void check_calibration_data(const Graph& g, const at::Tensor& x, const std::string& calib_name) {
+  PARE_CHECK(g.inputs.size() == 1, "static quantization calibrates models with one input; model '",
+             g.name, "' has ", g.inputs.size());
+  const core::ValueInfo& in = g.inputs[0];
+  PARE_CHECK(x.defined() && x.dim() >= 1 && x.size(0) > 0, calib_name, " holds no samples");
+  std::ostringstream got;
+  got << x.sizes();
+  if (in.has_shape) {
+    PARE_CHECK(x.dim() == static_cast<int64_t>(in.shape.size()), calib_name, " has shape ", got.str(),
+               " but the model input '", in.name, "' is ", core::shape_str(in.shape));
+    for (size_t d = 1; d < in.shape.size(); ++d)
+      PARE_CHECK(!in.shape[d].is_fixed() || in.shape[d].value == x.size(static_cast<int64_t>(d)),
+                 calib_name, " has shape ", got.str(), " but the model input '", in.name, "' is ",
+                 core::shape_str(in.shape), " (dim ", d, ")");
+  }
+  PARE_CHECK(at::isFloatingType(x.scalar_type()) == at::isFloatingType(in.dtype), calib_name, " is ",
+             core::dtype_name(x.scalar_type()), " but the model input '", in.name, "' is ",
+             core::dtype_name(in.dtype));
+}
+
+namespace {
+
+bool matches(const Node& n, const std::vector<std::string>& list) {
+  for (auto& e : list)
+    if (n.name == e || n.op_type == e) return true;
+  return false;
+}
+
+// Every entry of --include / --exclude must name something; --include entries must be
+// quantizable.
+void check_lists(const Graph& g, const PtqOptions& o) {
+  for (const auto* list : {&o.include_, &o.exclude_}) {
+    const char* flag = list == &o.include_ ? "--include" : "--exclude";
+    for (auto& e : *list) {
+      bool any = false;
+      for (auto& n : g.nodes) {
+        if (n.name != e && n.op_type != e) continue;
+        any = true;
+        if (list != &o.include_) continue;
+        const QuantPolicy& p = policy_of(n.op_type);
+        PARE_CHECK(p.kind == Kind::kCompute, flag, " ", e, ": ", n.describe(), " cannot be quantized: ",
+                   p.why_not.empty() ? "it has no weight of its own" : p.why_not);
+        PARE_CHECK(g.is_initializer(n.inputs[static_cast<size_t>(p.weight_input)]), flag, " ", e,
+                   ": ", n.describe(), " cannot be quantized: its weight '",
+                   n.inputs[static_cast<size_t>(p.weight_input)], "' is not a constant");
+      }
+      PARE_CHECK(any, flag, " ", e, ": no node has this name or op type (node names are listed by "
+                 "'pare inspect MODEL')");
+    }
+  }
+}
+
+// Inserts value -> QuantizeLinear -> DequantizeLinear and points every earlier consumer of
+// `value` at the dequantized copy. Returns the copy's name.
+std::string insert_qdq(Graph& g, const std::string& value, const QuantParams& p) {
+  std::vector<int> users = g.consumers(value);
+  const std::string scale = g.unique_name(value + "_scale");
+  g.initializers[scale] = p.scale;
+  const std::string zp = g.unique_name(value + "_zero_point");
+  g.initializers[zp] = p.zero_point;
+  const std::string q = g.unique_name(value + "_quantized");
+  g.add_node("QuantizeLinear", {value, scale, zp}, {q});
+  const std::string dq = g.unique_name(value + "_dequantized");
+  g.add_node("DequantizeLinear", {q, scale, zp}, {dq});
+  for (int u : users)
+    for (auto& in : g.nodes[static_cast<size_t>(u)].inputs)
+      if (in == value) in = dq;
+  return dq;
+}
+
+// Stores `q` with its parameters as initializers read through a DequantizeLinear; returns the
+// dequantized value's name.
+std::string add_dequantized_constant(Graph& g, const std::string& base, const at::Tensor& q,
+                                     const QuantParams& p, bool with_zero_point) {
+  const std::string qn = g.unique_name(base + "_quantized");
+  g.initializers[qn] = q;
+  const std::string sn = g.unique_name(base + "_scale");
+  g.initializers[sn] = p.scale;
+  std::vector<std::string> ins = {qn, sn};
+  if (with_zero_point) {
+    const std::string zn = g.unique_name(base + "_zero_point");
+    g.initializers[zn] = p.zero_point;
+    ins.push_back(zn);
+  }
+  const std::string dq = g.unique_name(base + "_dequantized");
+  std::map<std::string, core::AttrValue> attrs;
+  if (p.per_channel()) attrs["axis"] = p.axis;
+  g.add_node("DequantizeLinear", ins, {dq}, attrs);
+  return dq;
+}
+
+std::vector<at::Tensor> batches_of(const at::Tensor& x, int64_t batch) {
+  std::vector<at::Tensor> r;
+  for (int64_t i = 0; i < x.size(0); i += batch) r.push_back(x.narrow(0, i, std::min(batch, x.size(0) - i)));
+  return r;
+}
+
+double scalar(const at::Tensor& t) { return t.to(at::kDouble).reshape({-1})[0].item<double>(); }
+
+}  // namespace
+
+PtqResult quantize_static(const Graph& fp32, const at::Tensor& calib_x, const PtqOptions& opts) {
+  check_not_quantized(fp32, "model '" + fp32.name + "'");
+  PARE_CHECK(fp32.opset >= 13, "model '", fp32.name, "' uses opset ", fp32.opset,
+             "; per-channel QuantizeLinear/DequantizeLinear need opset 13 or later (re-export it)");
+  check_calibration_data(fp32, calib_x, opts.calib_name_);
+  PARE_CHECK(opts.batch_size_ >= 1, "calibration batch size must be at least 1, got ", opts.batch_size_);
+  auto say = [&](const std::string& s) {
+    if (opts.progress_) opts.progress_(s);
+  };
+  at::NoGradGuard no_grad;
+  PtqResult res;
+  QuantReport& rep = res.report;
+  rep.method = calib_method_name(opts.method_);
+  if (opts.method_ == CalibMethod::kPercentile) {
+    std::ostringstream os;
+    os << rep.method << " " << opts.percentile_;
+    rep.method = os.str();
+  }
+  rep.weights = std::string("int8 symmetric ") + (opts.per_channel_ ? "per-channel" : "per-tensor");
+  rep.activations = opts.activations_ == QScheme::kAsymmetricUInt8 ? "uint8 asymmetric" : "int8 symmetric";
+  rep.calib_samples = calib_x.size(0);
+
+  Graph g = fp32;
+  g.topo_sort();
+  rep.folded_batch_norms = opts.fold_bn_ ? fold_batch_norm(g) : 0;
+  bypass_constant_identities(g);
+  check_lists(g, opts);
+
+  // 1. The compute nodes to quantize.
+  std::vector<size_t> chosen;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    const QuantPolicy& p = policy_of(n.op_type);
+    if (p.kind != Kind::kCompute) continue;
+    const std::string& w = n.inputs[static_cast<size_t>(p.weight_input)];
+    if (!g.is_initializer(w) || !at::isFloatingType(g.initializers.at(w).scalar_type())) {
+      rep.skipped.push_back(n.describe() + ": weight '" + w + "' is not a constant");
+      continue;
+    }
+    chosen.push_back(i);
+  }
+  auto drop = [&](size_t at, const std::string& why) {
+    rep.skipped.push_back(g.nodes[chosen[at]].describe() + ": " + why);
+    chosen.erase(chosen.begin() + static_cast<long>(at));
+  };
+  if (opts.keep_first_ && !chosen.empty()) drop(0, "first layer kept in fp32");
+  if (opts.keep_last_ && !chosen.empty()) drop(chosen.size() - 1, "last layer kept in fp32");
+  for (size_t k = chosen.size(); k-- > 0;) {
+    const Node& n = g.nodes[chosen[k]];
+    if (matches(n, opts.exclude_)) drop(k, "excluded");
+    else if (!opts.include_.empty() && !matches(n, opts.include_)) drop(k, "not included");
+  }
+
+  // 2. The activations to quantize: the compute nodes' inputs and (fused) outputs. A value made by
+  // a passthrough op shares the scale of its input, which is quantized too.
+  std::map<std::string, std::string> root;  // value -> value whose parameters it uses
+  std::vector<std::string> order;
+  std::function<std::string(const std::string&)> mark = [&](const std::string& v) -> std::string {
+    auto it = root.find(v);
+    if (it != root.end()) return it->second;
+    const int pi = g.producer(v);
+    std::string r = v;
+    if (pi >= 0) {
+      const Node& p = g.nodes[static_cast<size_t>(pi)];
+      if (policy_of(p.op_type).kind == Kind::kPassthrough && p.outputs[0] == v && p.has_input(0) &&
+          !g.is_initializer(p.inputs[0]))
+        r = mark(p.inputs[0]);
+    }
+    root[v] = r;
+    order.push_back(v);
+    return r;
+  };
+  struct Chosen {
+    size_t node;
+    std::string input_root;  // the activation whose scale the bias uses
+    std::string output;      // requantized output value, "" when it stays fp32
+    std::string fused;
+  };
+  std::vector<Chosen> layers;
+  for (size_t i : chosen) {
+    const Node& n = g.nodes[i];
+    const QuantPolicy& p = policy_of(n.op_type);
+    Chosen c{i, "", "", ""};
+    for (int a : p.activation_inputs)
+      if (n.has_input(static_cast<size_t>(a)) && !g.is_initializer(n.inputs[static_cast<size_t>(a)])) {
+        const std::string r = mark(n.inputs[static_cast<size_t>(a)]);
+        if (c.input_root.empty()) c.input_root = r;
+      }
+    std::string out = n.outputs[0];
+    std::vector<int> users = g.consumers(out);
+    if (users.size() == 1 && !is_graph_output(g, out)) {
+      const Node& u = g.nodes[static_cast<size_t>(users[0])];
+      if (policy_of(u.op_type).kind == Kind::kFusable && u.inputs[0] == out && !matches(u, opts.exclude_)) {
+        out = u.outputs[0];
+        c.fused = u.op_type;
+      }
+    }
+    if (!is_graph_output(g, out) && !g.consumers(out).empty()) c.output = mark(out) == out ? out : "";
+    layers.push_back(c);
+  }
+
+  // 3. Calibration: ranges of every root value over the calibration data.
+  std::vector<std::string> roots;
+  for (auto& v : order)
+    if (root[v] == v) roots.push_back(v);
+  const auto batches = batches_of(calib_x, opts.batch_size_);
+  core::Module model(g);
+  model.eval();
+  std::map<std::string, Observer> obs;
+  for (auto& r : roots) obs.emplace(r, Observer(opts.method_, opts.activations_, opts.percentile_));
+  const int passes = opts.method_ == CalibMethod::kMinMax ? 1 : 2;
+  for (int pass = 0; pass < passes; ++pass) {
+    say("calibrating " + std::to_string(roots.size()) + " activations on " +
+        std::to_string(calib_x.size(0)) + " samples (" + rep.method + ", pass " +
+        std::to_string(pass + 1) + "/" + std::to_string(passes) + ")");
+    for (auto& b : batches) {
+      auto vals = model.forward_values({b}, roots);
+      for (auto& r : roots) {
+        const at::Tensor& v = vals.at(r);
+        PARE_CHECK(v.is_floating_point(), "cannot quantize value '", r, "': it is ",
+                   core::dtype_name(v.scalar_type()), ", not floating point");
+        if (pass == 0) obs.at(r).observe_range(v);
+        else obs.at(r).observe_histogram(v);
+      }
+    }
+  }
+  std::map<std::string, QuantParams> act;
+  for (auto& r : roots) act[r] = params_from_range(obs.at(r).range(), opts.activations_);
+
+  // 4. The rewrite.
+  say("inserting QuantizeLinear/DequantizeLinear pairs");
+  Graph q = g;
+  std::map<std::string, std::string> dq_of;
+  for (auto& v : order) {
+    dq_of[v] = insert_qdq(q, v, act.at(root[v]));
+    const Observer& o = obs.at(root[v]);
+    const QuantParams& p = act.at(root[v]);
+    auto range = o.range();
+    rep.activations_quantized.push_back({v, o.min(), o.max(), range.first, range.second, scalar(p.scale),
+                                         static_cast<int64_t>(scalar(p.zero_point)),
+                                         root[v] == v ? "" : root[v]});
+  }
+  // A weight read by several nodes (tied weights) is stored once: (name, axis) -> its reading.
+  std::map<std::pair<std::string, int64_t>, std::pair<std::string, QuantParams>> stored;
+  for (auto& c : layers) {
+    const QuantPolicy& p = policy_of(q.nodes[c.node].op_type);
+    const std::string wname = q.nodes[c.node].inputs[static_cast<size_t>(p.weight_input)];
+    const at::Tensor w = q.initializers.at(wname).to(at::kFloat);
+    const int64_t axis = opts.per_channel_ ? p.weight_axis(q.nodes[c.node], w.dim()) : -1;
+    auto cached = stored.find({wname, axis});
+    QuantParams wp = cached != stored.end() ? cached->second.second : weight_params(w, axis);
+    // The bias, when 1-D per output channel, becomes int32 with scale s_x * s_w.
+    std::string bname;
+    at::Tensor b;
+    if (p.bias_input >= 0 && q.nodes[c.node].has_input(static_cast<size_t>(p.bias_input)) && !c.input_root.empty()) {
+      bname = q.nodes[c.node].inputs[static_cast<size_t>(p.bias_input)];
+      const int64_t channels = axis >= 0 ? w.size(axis) : -1;
+      if (q.is_initializer(bname)) b = q.initializers.at(bname).to(at::kFloat);
+      if (!b.defined() || b.dim() != 1 || (channels >= 0 && b.size(0) != channels)) b = at::Tensor();
+    }
+    const at::Tensor sx = b.defined() ? act.at(c.input_root).scale : at::Tensor();
+    if (b.defined() && cached == stored.end()) {
+      // Keep |b| / (s_x * s_w) within int32 (2^30 leaves room): widen s_w where it is not.
+      at::Tensor need = (axis >= 0 ? b.abs() : b.abs().max()) / (sx * 1073741824.0);
+      wp.scale = at::maximum(wp.scale, need.to(at::kFloat));
+    }
+    const at::Tensor wq = quantize_tensor(w, wp);
+    LayerReport lr;
+    lr.node = q.nodes[c.node].name;
+    lr.op = q.nodes[c.node].op_type;
+    lr.weight = wname;
+    lr.per_channel = wp.per_channel();
+    lr.weight_scale_min = wp.scale.min().item<double>();
+    lr.weight_scale_max = wp.scale.max().item<double>();
+    lr.weight_sqnr_db = sqnr_db(w, dequantize_tensor(wq, wp));
+    lr.output = c.output;
+    lr.fused = c.fused;
+    if (!c.output.empty()) {
+      lr.output_scale = scalar(act.at(c.output).scale);
+      lr.output_zero_point = static_cast<int64_t>(scalar(act.at(c.output).zero_point));
+    }
+    const std::string wdq =
+        cached != stored.end() ? cached->second.first : add_dequantized_constant(q, wname, wq, wp, true);
+    stored[{wname, axis}] = {wdq, wp};
+    q.nodes[c.node].inputs[static_cast<size_t>(p.weight_input)] = wdq;
+    if (b.defined()) {
+      QuantParams bp;
+      bp.scale = (sx * wp.scale).to(at::kFloat);
+      bp.axis = axis >= 0 ? 0 : -1;
+      bp.zero_point = at::zeros(bp.scale.sizes(), at::kInt);
+      const std::string bdq = add_dequantized_constant(q, bname, quantize_tensor(b, bp), bp, false);
+      q.nodes[c.node].inputs[static_cast<size_t>(p.bias_input)] = bdq;
+    }
+    rep.layers.push_back(lr);
+  }
+  remove_unused_initializers(q);
+  q.topo_sort();
+  q.verify();
+  q.metadata["pare.quantization"] = "static QDQ; weights " + rep.weights + "; activations " +
+                                    rep.activations + "; calibration " + rep.method + " on " +
+                                    std::to_string(rep.calib_samples) + " samples";
+
+  // 5. SQNR of each requantized output and of the model output, fp32 vs quantized.
+  say("measuring SQNR against fp32");
+  core::Module qmodel(q);
+  qmodel.eval();
+  std::vector<std::string> fp_names, q_names;
+  for (auto& l : rep.layers)
+    if (!l.output.empty()) {
+      fp_names.push_back(l.output);
+      q_names.push_back(dq_of.at(l.output));
+    }
+  std::vector<SqnrAccumulator> acc(fp_names.size());
+  SqnrAccumulator out_acc;
+  int64_t agree = 0, rows = 0;
+  for (auto& b : batches) {
+    auto fv = model.forward_values({b}, fp_names);
+    auto qv = qmodel.forward_values({b}, q_names);
+    for (size_t k = 0; k < fp_names.size(); ++k) acc[k].add(fv.at(fp_names[k]), qv.at(q_names[k]));
+    const std::string& o = g.outputs[0].name;
+    const at::Tensor &fo = fv.at(o), &qo = qv.at(o);
+    out_acc.add(fo, qo);
+    if (fo.dim() == 2) {
+      agree += fo.argmax(1).eq(qo.argmax(1)).sum().item<int64_t>();
+      rows += fo.size(0);
+    }
+  }
+  for (size_t k = 0, j = 0; k < rep.layers.size(); ++k)
+    if (!rep.layers[k].output.empty()) rep.layers[k].output_sqnr_db = acc[j++].db();
+  rep.output_sqnr_db = out_acc.db();
+  rep.argmax_agreement = rows ? static_cast<double>(agree) / static_cast<double>(rows) : 0.0;
+  rep.fp32_bytes = fp32.initializer_bytes();
+  rep.quantized_bytes = q.initializer_bytes();
+  res.graph = std::move(q);
+  return res;
+}
+
+namespace {
+
+// JSON has no infinity: an exact match is reported as null.
+nlohmann::json db_json(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(); }
+
+}  // namespace
+
+std::string QuantReport::to_json(int indent) const {
+  nlohmann::json j;
+  j["method"] = method;
+  j["weights"] = weights;
+  j["activations"] = activations;
+  j["calib_samples"] = calib_samples;
+  j["folded_batch_norms"] = folded_batch_norms;
+  j["output_sqnr_db"] = db_json(output_sqnr_db);
+  j["argmax_agreement"] = argmax_agreement;
+  j["fp32_bytes"] = fp32_bytes;
+  j["quantized_bytes"] = quantized_bytes;
+  j["skipped"] = skipped;
+  j["layers"] = nlohmann::json::array();
+  for (auto& l : layers)
+    j["layers"].push_back({{"node", l.node}, {"op", l.op}, {"weight", l.weight},
+                           {"per_channel", l.per_channel}, {"weight_scale_min", l.weight_scale_min},
+                           {"weight_scale_max", l.weight_scale_max},
+                           {"weight_sqnr_db", db_json(l.weight_sqnr_db)}, {"fused", l.fused},
+                           {"output", l.output}, {"output_scale", l.output_scale},
+                           {"output_zero_point", l.output_zero_point},
+                           {"output_sqnr_db", l.output.empty() ? nlohmann::json() : db_json(l.output_sqnr_db)}});
+  j["activations_quantized"] = nlohmann::json::array();
+  for (auto& a : activations_quantized)
+    j["activations_quantized"].push_back({{"value", a.value}, {"min", a.min}, {"max", a.max},
+                                          {"lo", a.lo}, {"hi", a.hi}, {"scale", a.scale},
+                                          {"zero_point", a.zero_point}, {"alias_of", a.alias_of}});
+  return j.dump(indent);
+}
+
+std::string QuantReport::to_text() const {
+  std::ostringstream os;
+  os << "weights " << weights << ", activations " << activations << ", calibration " << method
+     << " on " << calib_samples << " samples, " << folded_batch_norms << " BatchNorm folded\n";
+  os << std::left << std::setw(24) << "node" << std::setw(8) << "op" << std::setw(22)
+     << "weight scale" << std::setw(10) << "W SQNR" << std::setw(12) << "out scale" << std::setw(6)
+     << "zp" << "out SQNR\n";
+  auto db = [](double v) {
+    std::ostringstream s;
+    if (std::isfinite(v)) s << std::fixed << std::setprecision(1) << v << " dB";
+    else s << "exact";
+    return s.str();
+  };
+  for (auto& l : layers) {
+    std::ostringstream ws, name;
+    ws << std::setprecision(3) << l.weight_scale_min;
+    if (l.per_channel) ws << ".." << std::setprecision(3) << l.weight_scale_max;
+    name << l.node << (l.fused.empty() ? "" : "+" + l.fused);
+    os << std::left << std::setw(24) << name.str() << std::setw(8) << l.op << std::setw(22) << ws.str()
+       << std::setw(10) << db(l.weight_sqnr_db);
+    if (l.output.empty()) {
+      os << "(output kept fp32)\n";
+    } else {
+      std::ostringstream sc;
+      sc << std::setprecision(4) << l.output_scale;
+      os << std::setw(12) << sc.str() << std::setw(6) << l.output_zero_point << db(l.output_sqnr_db) << "\n";
+    }
+  }
+  for (auto& s : skipped) os << "kept fp32: " << s << "\n";
+  os << "model output SQNR " << db(output_sqnr_db) << ", argmax agreement " << std::fixed
+     << std::setprecision(2) << argmax_agreement * 100 << "%, initializers " << fp32_bytes << " -> "
+     << quantized_bytes << " bytes\n";
+  return os.str();
+}
+
+}  // namespace pare::quantize

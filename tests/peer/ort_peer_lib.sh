@@ -1,0 +1,45 @@
+# Shared start of the peer tests that run pare's output in ONNX Runtime (onnxruntime-node): sourced,
+# not run. Usage: source ort_peer_lib.sh NAME "PYTHON MODULES" (comma-separated, for one import).
+# Sets here (the test's folder), src, PARE, PY, NODE_PATH and tmp (removed on exit); exits 77
+# (skipped) when PY cannot import the modules or onnxruntime-node cannot be installed.
+# Env: PARE (the binary), PARE_SOURCE_DIR, PARE_BUILD_DIR (onnxruntime-node goes to its peer/),
+# PARE_PEER_PYTHON (default /usr/bin/python3, Debian's python3 with python3-torch).
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[1]}")" && pwd)
+src=${PARE_SOURCE_DIR:-$(cd "$here/../.." && pwd)}
+PARE=${PARE:?set PARE to the pare binary}
+PY=${PARE_PEER_PYTHON:-/usr/bin/python3}
+if ! "$PY" -c "import $2" 2>/dev/null; then
+  echo "SKIP: $PY cannot import $2"; exit 77
+fi
+if ! node_modules=$("$src/scripts/install-peers" "${PARE_BUILD_DIR:-$src/build}/peer"); then
+  echo "SKIP: onnxruntime-node is not installed and scripts/install-peers could not install it"; exit 77
+fi
+export NODE_PATH=$node_modules
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/pare-$1.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+
+# run_codes_probe QDQ_MODEL INPUT.npy PREFIX: runs the model in ONNX Runtime and in `pare run` on
+# INPUT, with the codes of its last QuantizeLinear exposed as a second output (PREFIX.probe.onnx).
+# Writes PREFIX.ort.npy / PREFIX.pare.npy (output 0) and PREFIX.ort_codes.npy /
+# PREFIX.pare_codes.npy. Returns 1, after printing ORT's error, when ORT cannot run the model.
+run_codes_probe() {
+  local q=$1 x=$2 p=$3 last rc=0
+  last=$("$PY" - "$q" "$p.probe.onnx" <<'PYEOF'
+import sys, onnx
+m = onnx.load(sys.argv[1])
+node = [n for n in m.graph.node if n.op_type == "QuantizeLinear"][-1]
+zp = {i.name: i.data_type for i in m.graph.initializer}[node.input[2]]
+m.graph.output.append(onnx.helper.make_value_info(node.output[0], onnx.helper.make_tensor_type_proto(zp, None)))
+onnx.save(m, sys.argv[2])
+print(node.output[0])
+PYEOF
+)
+  node "$here/ort_run.js" "$p.probe.onnx" --input "$x" --output "$p.ort.npy" \
+    --output "$last=$p.ort_codes.npy" 2>"$p.err" || rc=$?
+  if ((rc != 0)); then
+    echo "FAIL: onnxruntime cannot run $q (exit $rc):"; head -c 2000 "$p.err"; echo
+    return 1
+  fi
+  "$PARE" run "$q" --input "$x" --output "$p.pare.npy" --output "$last=$p.pare_codes.npy"
+}

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Peer test: the QDQ models `pare quantize` writes pass onnx.checker (full check) and run in ONNX
+# Runtime (onnxruntime-node, all graph optimizations on, so ORT fuses the QDQ pairs into its int8
+# kernels), and ORT agrees with pare's simulation of the same graph:
+#   - the last quantized activation (uint8 codes) differs by at most one quantization step;
+#   - the logits' argmax agrees on >= 99.9% of the Fashion-MNIST test images used;
+# and the weight-only int4 MLP (MatMulNBits) gives the same logits in both (float rounding).
+# Models: zoo cnn and mlp briefly trained on Fashion-MNIST (so logits have real margins).
+#
+# Env: PARE, PARE_SOURCE_DIR, PARE_BUILD_DIR as in ort_roundtrip_test.sh; PARE_QPEER_N test images
+# (default 2000). Exits 77 (skipped) without onnxruntime-node, numpy/onnx or the dataset.
+if [ ! -e /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz ]; then
+  echo "SKIP: Fashion-MNIST is not installed (dataset-fashion-mnist)"; exit 77
+fi
+source "$(dirname "${BASH_SOURCE[0]}")/ort_peer_lib.sh" quant-ort "numpy, onnx"
+N=${PARE_QPEER_N:-2000}
+
+# Test images as .npy (the first N of the test split), and calibration images from the train split.
+"$PY" - "$tmp" "$N" <<'PYEOF'
+import gzip, sys
+import numpy as np
+d, n = sys.argv[1], int(sys.argv[2])
+def idx(path):
+    data = gzip.open(path).read()
+    nd = data[3]
+    dims = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(nd)]
+    return np.frombuffer(data, np.uint8, offset=4 + 4 * nd).reshape(dims)
+root = "/usr/share/datasets/fashion-mnist/"
+x = idx(root + "t10k-images-idx3-ubyte.gz")[:n].astype(np.float32)[:, None] / 255
+np.save(f"{d}/x.npy", x)
+xt = idx(root + "train-images-idx3-ubyte.gz")[-256:].astype(np.float32)[:, None] / 255
+np.save(f"{d}/cx.npy", xt)
+np.save(f"{d}/cy.npy", idx(root + "train-labels-idx1-ubyte.gz")[-256:].astype(np.int64))
+PYEOF
+
+failures=()
+for spec in "mlp:784-128-10" cnn; do
+  steps=200
+  [[ $spec == cnn ]] && steps=40
+  fp32="$tmp/${spec%%:*}.onnx"
+  q="$tmp/${spec%%:*}.int8.onnx"
+  "$PARE" train --model "$spec" --data fashion-mnist --epochs 1 --max-steps "$steps" --lr 2e-3 --seed 1 \
+    --no-val --quiet --out "$fp32"
+  "$PARE" quantize "$fp32" --calib "npy:$tmp/cx.npy,$tmp/cy.npy" --method entropy --quiet --out "$q" >/dev/null
+  if ! "$PY" "$here/peer_util.py" check-onnx "$q"; then
+    failures+=("$spec onnx.checker"); continue
+  fi
+  if ! run_codes_probe "$q" "$tmp/x.npy" "$tmp/${spec%%:*}"; then failures+=("$spec ort"); continue; fi
+  if ! "$PY" - "$spec" "$tmp/${spec%%:*}" <<'PYEOF'; then failures+=("$spec values"); fi
+import sys
+import numpy as np
+spec, p = sys.argv[1], sys.argv[2]
+pc, oc = np.load(f"{p}.pare_codes.npy").astype(int), np.load(f"{p}.ort_codes.npy").astype(int)
+pl, ol = np.load(f"{p}.pare.npy"), np.load(f"{p}.ort.npy")
+steps = np.abs(pc - oc)
+agree = float((pl.argmax(1) == ol.argmax(1)).mean())
+print(f"{spec}: last quantized activation {list(pc.shape)}: max |pare - ort| = {steps.max()} step(s), "
+      f"{(steps > 0).mean() * 100:.3f}% of codes differ; logits max abs diff {np.abs(pl - ol).max():.4g}; "
+      f"argmax agreement {agree * 100:.2f}% of {pl.shape[0]}")
+ok = steps.max() <= 1 and agree >= 0.999
+print("ok" if ok else "FAIL")
+sys.exit(0 if ok else 1)
+PYEOF
+done
+
+# Weight-only int4 (com.microsoft MatMulNBits): ORT runs the packed 4-bit weights and both
+# dequantize them to the same floats, so the logits agree to float rounding.
+q4="$tmp/mlp.int4.onnx"
+"$PARE" quantize "$tmp/mlp.onnx" --weight-only int4 --group 32 --quiet --out "$q4" >/dev/null
+rc=0
+node "$here/ort_run.js" "$q4" --input "$tmp/x.npy" --output "$tmp/ort4.npy" 2>"$tmp/err.txt" || rc=$?
+if ((rc != 0)); then
+  echo "FAIL int4: onnxruntime cannot run pare's MatMulNBits model (exit $rc):"; head -c 2000 "$tmp/err.txt"; echo
+  failures+=("int4 ort")
+else
+  "$PARE" run "$q4" --input "$tmp/x.npy" --output "$tmp/pare4.npy"
+  "$PY" "$here/peer_util.py" compare "$tmp/pare4.npy" "$tmp/ort4.npy" --atol 1e-4 --scale-floor 1 \
+    --label "mlp int4 weight-only (pare vs onnxruntime)" || failures+=("int4 values")
+fi
+
+if ((${#failures[@]})); then
+  echo "FAILED (${#failures[@]}): ${failures[*]}"; exit 1
+fi
+echo "PASSED: pare's QDQ models pass onnx.checker and ONNX Runtime agrees with pare's simulation"

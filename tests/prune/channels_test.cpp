@@ -1,0 +1,442 @@
+// Structured pruning: for every op with a channel facet, pruning a tiny graph gives the outputs
+// of the original graph with the removed channels' consumer weights zeroed (a numerical check,
+// not only shapes); the facets cover every registered op; impossible requests are refused.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <set>
+
+#include "core/error.h"
+#include "core/graph.h"
+#include "core/module.h"
+#include "core/onnx_io.h"
+#include "core/zoo.h"
+#include "prune/facets.h"
+#include "prune/structured.h"
+#include "tests/test_util.h"
+
+using namespace pare;
+using namespace pare::core;
+using namespace pare::prune;
+using pare::testing::expect_input_error;
+
+namespace {
+
+using Ints = std::vector<int64_t>;
+
+// Builds tiny graphs: input "x" [N, 4, 6, 6] unless set otherwise; weights random but seeded.
+struct Tiny {
+  Graph g;
+  explicit Tiny(Shape in = {Dim::sym("N"), 4, 6, 6}, at::ScalarType t = at::kFloat) {
+    at::manual_seed(7);
+    g.inputs.push_back({"x", t, std::move(in)});
+  }
+  std::string init(const std::string& name, at::Tensor t) {
+    g.initializers[name] = std::move(t);
+    return name;
+  }
+  std::string node(const std::string& op, std::vector<std::string> in, const std::string& name,
+                   std::map<std::string, AttrValue> attrs = {}) {
+    g.add_node(op, std::move(in), {name}, std::move(attrs), name);
+    return name;
+  }
+  std::string conv(const std::string& name, const std::string& x, int64_t cin, int64_t cout, int64_t group = 1,
+                   int64_t k = 3) {
+    return node("Conv", {x, init(name + ".w", at::randn({cout, cin / group, k, k}) * 0.3), init(name + ".b", at::randn({cout}))},
+                name, {{"pads", Ints{k / 2, k / 2, k / 2, k / 2}}, {"group", group}});
+  }
+  // 1x1 head conv to 3 channels: the graph output (its group is blocked), consumer of `cin`.
+  void head(const std::string& x, int64_t cin) {
+    node("Conv", {x, init("head.w", at::randn({3, cin, 1, 1})), init("head.b", at::randn({3}))}, "y");
+    out();
+  }
+  void out(const std::string& y = "y") { g.outputs.push_back({y, at::kFloat, {}, false}); }
+};
+
+// Zeroes slices c * per .. c * per + per - 1 along `axis` of initializer `w` for each removed c.
+void zero(Graph& g, const std::string& w, int64_t axis, const Ints& removed, int64_t per = 1, int64_t offset = 0) {
+  at::Tensor t = g.initializers.at(w).clone();
+  for (int64_t c : removed) t.narrow(axis, offset + c * per, per).zero_();
+  g.initializers[w] = t;
+}
+
+Ints removed_of(const GroupResult& gr) {
+  Ints r;
+  std::set<int64_t> k(gr.kept.begin(), gr.kept.end());
+  for (int64_t c = 0; c < gr.before; ++c)
+    if (!k.count(c)) r.push_back(c);
+  return r;
+}
+
+const GroupResult& group_of(const ChannelPruneResult& r, const std::string& source) {
+  for (auto& gr : r.groups)
+    for (auto& s : gr.sources)
+      if (s == source) return gr;
+  throw std::runtime_error("no group with source " + source);
+}
+
+at::Tensor input_for(const Graph& g, int64_t n = 3) {
+  const ValueInfo& in = g.inputs[0];
+  std::vector<int64_t> s;
+  for (auto& d : in.shape) s.push_back(d.is_fixed() ? d.value : n);
+  if (in.dtype == at::kLong) return at::randint(0, 10, s, at::kLong);
+  return at::randn(s);
+}
+
+at::Tensor run(const Graph& g, const at::Tensor& x) {
+  Module m(g);
+  m.eval();
+  at::NoGradGuard ng;
+  return m.forward({x})[0];
+}
+
+// Prunes half of every group, then checks: the groups named in `sources` lost channels, and the
+// pruned graph computes what `zero_ref` makes of the original (zeroing the consumers of the
+// removed channels), which differs from the original itself.
+void expect_matches_zeroed(const Graph& g, const std::vector<std::string>& sources,
+                           const std::function<void(Graph&, const ChannelPruneResult&)>& zero_ref,
+                           ChannelOptions opts = ChannelOptions().sparsity(0.5)) {
+  ChannelPruneResult r = prune_channels(g, opts);
+  for (auto& s : sources) {
+    const GroupResult& gr = group_of(r, s);
+    ASSERT_FALSE(gr.blocked) << s << ": " << gr.reason << "\n" << r.report();
+    ASSERT_LT(gr.after, gr.before) << s;
+  }
+  EXPECT_LT(r.graph.parameter_count(), g.parameter_count());
+  Graph ref = g;
+  zero_ref(ref, r);
+  at::manual_seed(11);
+  at::Tensor x = input_for(g);
+  at::Tensor want = run(ref, x), got = run(r.graph, x), orig = run(g, x);
+  ASSERT_EQ(want.sizes(), got.sizes());
+  EXPECT_TRUE(at::allclose(got, want, 1e-4, 1e-5)) << "max diff " << (got - want).abs().max().item<float>()
+                                                   << "\n" << r.report();
+  EXPECT_FALSE(at::allclose(orig, want, 1e-4, 1e-5)) << "zeroing the removed channels changed nothing";
+  EXPECT_NO_THROW(serialize_onnx(r.graph));  // a valid ONNX model (checker)
+}
+
+// conv a (4 -> 8) -> [body] -> head (8 -> 3): removed channels of a are zeroed in head.w.
+void expect_body(const std::function<std::string(Tiny&, const std::string&)>& body) {
+  Tiny t;
+  std::string a = t.conv("a", "x", 4, 8);
+  t.head(body(t, a), 8);
+  expect_matches_zeroed(t.g, {"a"}, [](Graph& ref, const ChannelPruneResult& r) {
+    zero(ref, "head.w", 1, removed_of(group_of(r, "a")));
+  });
+}
+
+}  // namespace
+
+TEST(ChannelFacets, EveryRegisteredOpHasOneOrIsMarkedUnsupported) {
+  const OpRegistry& reg = prune_registry();
+  for (const auto& name : reg.names()) EXPECT_TRUE(reg.get(name).has_facet(kChannelFacet)) << name;
+}
+
+// Each supported op appears in one of the numeric tests below; a new facet needs a new case.
+TEST(ChannelFacets, EverySupportedOpHasANumericCase) {
+  const std::set<std::string> covered = {
+      "Conv", "ConvTranspose", "Gemm", "MatMul", "BatchNormalization", "LayerNormalization", "MaxPool",
+      "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Softmax", "LogSoftmax", "Transpose", "Concat",
+      "Reshape", "Flatten", "Squeeze", "Unsqueeze", "ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin",
+      "ReduceProd", "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSumExp", "Add", "Sub", "Mul", "Div",
+      "Pow", "Mod", "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "And", "Or", "Xor", "Sum",
+      "Mean", "Max", "Min", "Identity", "Neg", "Abs", "Sqrt", "Exp", "Log", "Reciprocal", "Floor", "Ceil",
+      "Round", "Sign", "Sin", "Cos", "Erf", "Tanh", "Sigmoid", "Relu", "Not", "LeakyRelu", "Elu",
+      "HardSigmoid", "HardSwish", "Softplus", "Cast", "Clip", "Where", "Dropout", "ArgMax", "ArgMin",
+      // Shape and Size read only sizes: they move no channel and constrain none.
+      "Shape", "Size"};
+  const OpRegistry& reg = prune_registry();
+  for (const auto& name : reg.names())
+    if (reg.get(name).has_facet(kChannelFacet) && reg.get(name).facet<ChannelFacet>(kChannelFacet).supported)
+      EXPECT_TRUE(covered.count(name)) << name;
+}
+
+TEST(PruneChannels, ConvToConv) {
+  expect_body([](Tiny& t, const std::string& a) { return t.node("Relu", {a}, "r"); });
+}
+
+TEST(PruneChannels, UnaryElementwiseOps) {
+  for (const char* op : {"Relu", "Sigmoid", "Tanh", "Abs", "Neg", "Exp", "Erf", "Sin", "Cos", "Floor", "Ceil",
+                         "Round", "Sign", "LeakyRelu", "Elu", "HardSigmoid", "HardSwish", "Softplus", "Identity",
+                         "Clip", "Dropout"}) {
+    SCOPED_TRACE(op);
+    expect_body([op](Tiny& t, const std::string& a) { return t.node(op, {a}, "op"); });
+  }
+  for (const char* op : {"Log", "Sqrt", "Reciprocal"}) {
+    SCOPED_TRACE(op);
+    // Through a Sigmoid first, so they see (0, 1).
+    expect_body([op](Tiny& t, const std::string& a) { return t.node(op, {t.node("Sigmoid", {a}, "s")}, "op"); });
+  }
+  SCOPED_TRACE("Cast");
+  expect_body([](Tiny& t, const std::string& a) { return t.node("Cast", {a}, "op", {{"to", int64_t{1}}}); });
+}
+
+TEST(PruneChannels, BinaryElementwiseOpsJoinTheirGroups) {
+  for (const char* op : {"Add", "Sub", "Mul", "Div", "Pow", "Mod", "Sum", "Mean", "Max", "Min"}) {
+    SCOPED_TRACE(op);
+    Tiny t;
+    std::string a = t.node("Sigmoid", {t.conv("a", "x", 4, 8)}, "sa");
+    std::string b = t.node("Sigmoid", {t.conv("b", "x", 4, 8)}, "sb");
+    std::map<std::string, AttrValue> attrs;
+    if (std::string(op) == "Mod") attrs["fmod"] = int64_t{1};
+    t.head(t.node(op, {a, b}, "op", attrs), 8);
+    expect_matches_zeroed(t.g, {"a", "b"}, [](Graph& ref, const ChannelPruneResult& r) {
+      EXPECT_EQ(&group_of(r, "a"), &group_of(r, "b"));
+      zero(ref, "head.w", 1, removed_of(group_of(r, "a")));
+    });
+  }
+}
+
+TEST(PruneChannels, BroadcastConstantIsSliced) {
+  expect_body([](Tiny& t, const std::string& a) {
+    return t.node("Add", {a, t.init("shift", at::randn({8, 1, 1}))}, "op");
+  });
+}
+
+TEST(PruneChannels, ComparisonsAndLogicThroughWhere) {
+  Tiny t;
+  std::string a = t.node("Sigmoid", {t.conv("a", "x", 4, 8)}, "sa");
+  std::string b = t.node("Sigmoid", {t.conv("b", "x", 4, 8)}, "sb");
+  std::string half = t.init("half", at::scalar_tensor(0.5));
+  std::string c1 = t.node("Less", {a, b}, "lt");
+  std::string c2 = t.node("Or", {t.node("Greater", {a, half}, "gt"), t.node("Equal", {a, b}, "eq")}, "or");
+  std::string c3 = t.node("Xor", {t.node("LessOrEqual", {a, half}, "le"), t.node("GreaterOrEqual", {b, half}, "ge")}, "xor");
+  std::string c = t.node("And", {t.node("Not", {c1}, "not"), t.node("Or", {c2, c3}, "or2")}, "and");
+  t.head(t.node("Where", {c, a, b}, "where"), 8);
+  expect_matches_zeroed(t.g, {"a", "b"}, [](Graph& ref, const ChannelPruneResult& r) {
+    zero(ref, "head.w", 1, removed_of(group_of(r, "a")));
+  });
+}
+
+TEST(PruneChannels, BatchNormParametersAreSliced) {
+  expect_body([](Tiny& t, const std::string& a) {
+    return t.node("BatchNormalization",
+                  {a, t.init("bn.s", at::rand({8}) + 0.5), t.init("bn.b", at::randn({8})),
+                   t.init("bn.m", at::randn({8})), t.init("bn.v", at::rand({8}) + 0.5)},
+                  "bn");
+  });
+}
+
+TEST(PruneChannels, LayerNormOverTrailingDimsKeepsChannelsFree) {
+  expect_body([](Tiny& t, const std::string& a) {
+    return t.node("LayerNormalization", {a, t.init("ln.s", at::rand({6}) + 0.5), t.init("ln.b", at::randn({6}))}, "ln",
+                  {{"axis", int64_t{-1}}});
+  });
+}
+
+TEST(PruneChannels, PoolingOps) {
+  for (const char* op : {"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"}) {
+    SCOPED_TRACE(op);
+    expect_body([op](Tiny& t, const std::string& a) {
+      std::map<std::string, AttrValue> attrs;
+      if (std::string(op) == "MaxPool" || std::string(op) == "AveragePool") attrs["kernel_shape"] = Ints{2, 2};
+      return t.node(op, {a}, "pool", attrs);
+    });
+  }
+}
+
+TEST(PruneChannels, SoftmaxAndReductionsAlongOtherAxes) {
+  for (const char* op : {"Softmax", "LogSoftmax"}) {
+    SCOPED_TRACE(op);
+    expect_body([op](Tiny& t, const std::string& a) { return t.node(op, {a}, "op", {{"axis", int64_t{-1}}}); });
+  }
+  for (const char* op : {"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceSumSquare",
+                         "ReduceL1", "ReduceL2", "ReduceLogSumExp"}) {
+    SCOPED_TRACE(op);
+    expect_body([op](Tiny& t, const std::string& a) {
+      std::string s = t.node("Sigmoid", {a}, "s");
+      if (std::string(op) == "ReduceSum")  // axes is an input since opset 13
+        return t.node(op, {s, t.init("axes", at::tensor(Ints{3}))}, "op", {{"keepdims", int64_t{1}}});
+      return t.node(op, {s}, "op", {{"axes", Ints{3}}, {"keepdims", int64_t{1}}});
+    });
+  }
+  for (const char* op : {"ArgMax", "ArgMin"}) {
+    SCOPED_TRACE(op);
+    expect_body([op](Tiny& t, const std::string& a) {
+      std::string i = t.node(op, {a}, "op", {{"axis", int64_t{3}}, {"keepdims", int64_t{1}}});
+      return t.node("Cast", {i}, "f", {{"to", int64_t{1}}});
+    });
+  }
+}
+
+TEST(PruneChannels, TransposeReshapeSqueezeUnsqueeze) {
+  expect_body([](Tiny& t, const std::string& a) {
+    std::string y = t.node("Transpose", {a}, "t1", {{"perm", Ints{0, 2, 3, 1}}});
+    return t.node("Transpose", {y}, "t2", {{"perm", Ints{0, 3, 1, 2}}});
+  });
+  // Shape constants with the channel count written out are rewritten.
+  expect_body([](Tiny& t, const std::string& a) {
+    std::string y = t.node("Reshape", {a, t.init("s1", at::tensor(Ints{0, 8, 36}))}, "r1");
+    return t.node("Reshape", {y, t.init("s2", at::tensor(Ints{0, 8, 6, 6}))}, "r2");
+  });
+  expect_body([](Tiny& t, const std::string& a) {
+    std::string y = t.node("Unsqueeze", {a, t.init("ax", at::tensor(Ints{2}))}, "u");
+    return t.node("Squeeze", {y, t.init("ax2", at::tensor(Ints{2}))}, "sq");
+  });
+}
+
+TEST(PruneChannels, ConcatKeepsEachPartsGroup) {
+  Tiny t;
+  std::string a = t.conv("a", "x", 4, 8), b = t.conv("b", "x", 4, 6);
+  t.head(t.node("Concat", {a, b}, "cat", {{"axis", int64_t{1}}}), 14);
+  expect_matches_zeroed(t.g, {"a", "b"}, [](Graph& ref, const ChannelPruneResult& r) {
+    zero(ref, "head.w", 1, removed_of(group_of(r, "a")));
+    zero(ref, "head.w", 1, removed_of(group_of(r, "b")), 1, 8);
+  });
+}
+
+TEST(PruneChannels, ResidualAddJoinsBranches) {
+  Tiny t;
+  std::string a = t.conv("a", "x", 4, 8);
+  std::string b = t.conv("b", t.node("Relu", {a}, "r1"), 8, 8);
+  std::string s = t.node("Add", {b, a}, "add");
+  t.head(t.node("Relu", {s}, "r2"), 8);
+  expect_matches_zeroed(t.g, {"a", "b"}, [](Graph& ref, const ChannelPruneResult& r) {
+    EXPECT_EQ(&group_of(r, "a"), &group_of(r, "b"));
+    Ints rm = removed_of(group_of(r, "a"));
+    zero(ref, "head.w", 1, rm);
+    zero(ref, "b.w", 1, rm);  // b reads a's channels too
+  });
+}
+
+TEST(PruneChannels, DepthwiseConvFollowsItsInput) {
+  Tiny t;
+  std::string a = t.conv("a", "x", 4, 8);
+  std::string dw = t.conv("dw", t.node("Relu", {a}, "r"), 8, 16, /*group=*/8);  // depth multiplier 2
+  t.head(dw, 16);
+  expect_matches_zeroed(t.g, {"a"}, [](Graph& ref, const ChannelPruneResult& r) {
+    zero(ref, "head.w", 1, removed_of(group_of(r, "a")), 2);
+  });
+  ChannelPruneResult r = prune_channels(t.g, ChannelOptions().sparsity(0.5));
+  for (auto& n : r.graph.nodes)
+    if (n.name == "dw") EXPECT_EQ(n.attr_int("group", 0), 4);
+}
+
+TEST(PruneChannels, GroupedConvIsLeftWhole) {
+  Tiny t;
+  std::string a = t.conv("a", "x", 4, 8);
+  t.head(t.conv("g", a, 8, 8, /*group=*/2), 8);
+  ChannelGraph cg(t.g);
+  auto groups = cg.groups();
+  ASSERT_EQ(groups.size(), 2u);  // a's channels, the head's
+  EXPECT_EQ(groups[0].sources, (std::vector<std::string>{"a"}));
+  EXPECT_TRUE(groups[0].blocked);
+  EXPECT_NE(groups[0].reason.find("grouped"), std::string::npos) << groups[0].reason;
+  expect_input_error([&] { prune_channels(t.g, ChannelOptions()); }, {"no channels", "grouped"});
+}
+
+TEST(PruneChannels, ConvTranspose) {
+  Tiny t;
+  std::string a = t.conv("a", "x", 4, 8);
+  std::string u = t.node("ConvTranspose", {a, t.init("u.w", at::randn({8, 6, 2, 2}) * 0.3), t.init("u.b", at::randn({6}))},
+                         "u", {{"strides", Ints{2, 2}}});
+  t.head(t.node("Relu", {u}, "r"), 6);
+  expect_matches_zeroed(t.g, {"a", "u"}, [](Graph& ref, const ChannelPruneResult& r) {
+    zero(ref, "u.w", 0, removed_of(group_of(r, "a")));
+    zero(ref, "head.w", 1, removed_of(group_of(r, "u")));
+  });
+}
+
+TEST(PruneChannels, FlattenIntoGemm) {
+  Tiny t;
+  std::string a = t.conv("a", "x", 4, 8);
+  std::string f = t.node("Flatten", {t.node("Relu", {a}, "r")}, "flat", {{"axis", int64_t{1}}});
+  t.node("Gemm", {f, t.init("fc.w", at::randn({5, 8 * 36}) * 0.1), t.init("fc.b", at::randn({5}))}, "y",
+         {{"transB", int64_t{1}}});
+  t.out();
+  expect_matches_zeroed(t.g, {"a"}, [](Graph& ref, const ChannelPruneResult& r) {
+    zero(ref, "fc.w", 1, removed_of(group_of(r, "a")), 36);  // each channel is 36 features
+  });
+}
+
+TEST(PruneChannels, GemmAndMatMulHiddenUnits) {
+  for (int64_t trans : {0, 1}) {
+    Tiny t({Dim::sym("N"), 16});
+    at::Tensor w = at::randn({12, 16}) * 0.3;
+    std::string h = t.node("Gemm", {"x", t.init("fc1.w", trans ? w : w.t().contiguous()), t.init("fc1.b", at::randn({12}))},
+                           "fc1", {{"transB", trans}});
+    t.node("Gemm", {t.node("Relu", {h}, "r"), t.init("fc2.w", at::randn({3, 12})), t.init("fc2.b", at::randn({3}))}, "y",
+           {{"transB", int64_t{1}}});
+    t.out();
+    expect_matches_zeroed(t.g, {"fc1"}, [](Graph& ref, const ChannelPruneResult& r) {
+      zero(ref, "fc2.w", 1, removed_of(group_of(r, "fc1")));
+    });
+  }
+  Tiny t({Dim::sym("N"), 5, 16});
+  std::string h = t.node("MatMul", {"x", t.init("w1", at::randn({16, 12}) * 0.3)}, "mm1");
+  h = t.node("Relu", {t.node("Add", {h, t.init("b1", at::randn({12}))}, "add1")}, "r");
+  t.node("MatMul", {h, t.init("w2", at::randn({12, 3}))}, "y");
+  t.out();
+  expect_matches_zeroed(t.g, {"mm1"}, [](Graph& ref, const ChannelPruneResult& r) {
+    zero(ref, "w2", 0, removed_of(group_of(r, "mm1")));
+  });
+}
+
+TEST(PruneChannels, AttentionHeadsOfTheZooTransformer) {
+  Graph g = build_zoo_model("transformer:vocab=20,d=8,heads=4,layers=2,classes=3,seq=5", 3);
+  // Heads only: the feed-forward groups are excluded.
+  auto opts = ChannelOptions().sparsity(0.5).exclude({"layer0.ffn.fc1.matmul", "layer1.ffn.fc1.matmul"});
+  expect_matches_zeroed(
+      g, {"layer0.attn.q.matmul", "layer1.attn.v.matmul"},
+      [](Graph& ref, const ChannelPruneResult& r) {
+        for (const char* l : {"layer0", "layer1"}) {
+          const GroupResult& gr = group_of(r, std::string(l) + ".attn.q.matmul");
+          EXPECT_EQ(gr.before, 4);  // the group is the heads, not the 8 dims
+          EXPECT_EQ(&gr, &group_of(r, std::string(l) + ".attn.k.matmul"));
+          EXPECT_EQ(&gr, &group_of(r, std::string(l) + ".attn.v.matmul"));
+          zero(ref, std::string(l) + ".attn.out.weight", 0, removed_of(gr), 2);  // d/heads = 2 rows per head
+        }
+      },
+      opts);
+  // With the feed-forward layers pruned too.
+  ChannelPruneResult r = prune_channels(g, ChannelOptions().sparsity(0.5));
+  EXPECT_EQ(group_of(r, "layer0.ffn.fc1.matmul").after, 16);
+  EXPECT_TRUE(group_of(r, "classifier").blocked);
+}
+
+TEST(PruneChannels, ZooModelsShrinkAndStayValid) {
+  for (const char* spec : {"cnn", "resnet:1", "lenet5", "mlp:784-300-100-10"}) {
+    SCOPED_TRACE(spec);
+    Graph g = build_zoo_model(spec, 1);
+    ChannelPruneResult r = prune_channels(g, ChannelOptions().sparsity(0.5));
+    EXPECT_LT(r.graph.parameter_count(), g.parameter_count() * 0.5);
+    EXPECT_NO_THROW(serialize_onnx(r.graph));
+    at::Tensor x = at::rand({2, 1, 28, 28});
+    EXPECT_EQ(run(r.graph, x).sizes(), (std::vector<int64_t>{2, 10}));
+  }
+}
+
+TEST(PruneChannels, ImportanceCriteriaChooseTheChannels) {
+  Tiny t;
+  std::string a = t.conv("a", "x", 4, 8);
+  t.head(t.node("BatchNormalization",
+                {a, t.init("bn.s", at::tensor({1.f, 9.f, 2.f, 8.f, 3.f, 7.f, 4.f, 6.f})), t.init("bn.b", at::zeros({8})),
+                 t.init("bn.m", at::zeros({8})), t.init("bn.v", at::ones({8}))},
+                "bn"),
+         8);
+  auto r = prune_channels(t.g, ChannelOptions().sparsity(0.5).importance(Importance::kBnScale));
+  EXPECT_EQ(group_of(r, "a").kept, (Ints{1, 3, 5, 7}));
+  // L1 of a's kernels (plus bias): make channel 0 the largest.
+  t.g.initializers["a.w"][0].mul_(100);
+  r = prune_channels(t.g, ChannelOptions().sparsity(0.875).importance(Importance::kL1));
+  EXPECT_EQ(group_of(r, "a").kept, (Ints{0}));
+  // Taylor: the scores given decide.
+  TaylorScores ts;
+  ts["a.w"] = at::zeros({8, 4, 3, 3});
+  ts["a.w"][6].fill_(1.0);
+  r = prune_channels(t.g, ChannelOptions().sparsity(0.875).importance(Importance::kTaylor).taylor(&ts));
+  EXPECT_EQ(group_of(r, "a").kept, (Ints{6}));
+}
+
+TEST(PruneChannels, ImpossibleRequestsAreInputErrors) {
+  Graph g = build_zoo_model("cnn", 1);
+  expect_input_error([&] { prune_channels(g, ChannelOptions().sparsity(1.0)); }, {"remove every one of", "channels of"});
+  expect_input_error([&] { prune_channels(g, ChannelOptions().sparsity(1.5)); }, {"--sparsity", "1.5"});
+  expect_input_error([&] { prune_channels(g, ChannelOptions().exclude({"conv9"})); }, {"'conv9'", "no node"});
+  expect_input_error([&] { prune_channels(g, ChannelOptions().exclude({"relu1"})); }, {"'relu1'", "creates no channels", "conv1"});
+  // Nothing prunable: a single Gemm whose output is the graph output.
+  Tiny t({Dim::sym("N"), 4});
+  t.node("Gemm", {"x", t.init("w", at::randn({3, 4})), t.init("b", at::randn({3}))}, "y", {{"transB", int64_t{1}}});
+  t.out();
+  expect_input_error([&] { prune_channels(t.g, ChannelOptions()); }, {"no channels", "graph output"});
+}
