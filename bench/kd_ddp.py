@@ -25,7 +25,7 @@ import tempfile
 import time
 
 import kd_step
-from bench_util import find_pare, load_fmnist_torch, print_table, run_json, torch_model
+from bench_util import find_pare, load_fmnist_torch, print_table, torch_model
 
 WHO = "kd_ddp"
 
@@ -33,7 +33,6 @@ WHO = "kd_ddp"
 def torch_ddp_worker(args):
     import torch
     import torch.distributed as td
-    import torch.nn.functional as F
     td.init_process_group("gloo")
     rank, world = td.get_rank(), td.get_world_size()
     torch.set_num_threads(args.threads)
@@ -42,7 +41,7 @@ def torch_ddp_worker(args):
     torch.manual_seed(0)
     student = torch.nn.parallel.DistributedDataParallel(torch_model(args.student, WHO))
     opt = torch.optim.Adam(student.parameters(), lr=kd_step.LR)
-    T, alpha, per = kd_step.TEMPERATURE, kd_step.ALPHA, args.batch // world
+    per = args.batch // world
     gen = torch.Generator().manual_seed(0)
     perm, pos = torch.randperm(x_all.shape[0], generator=gen), 0
 
@@ -53,16 +52,7 @@ def torch_ddp_worker(args):
         idx = perm[pos + rank * per:pos + (rank + 1) * per]
         pos += args.batch
         x, y = x_all.index_select(0, idx), y_all.index_select(0, idx)
-        with torch.no_grad():
-            t = teacher(x)
-        s = student(x)
-        kd = F.kl_div(F.log_softmax(s / T, 1), F.softmax(t / T, 1), reduction="batchmean") * T * T
-        loss = alpha * kd + (1 - alpha) * F.cross_entropy(s, y)
-        loss.item()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        (s.detach().argmax(1) == y).sum().item()
+        kd_step.torch_kd_step(teacher, student, opt, x, y)
 
     for _ in range(args.warmup):
         step()

@@ -86,6 +86,25 @@ def torch_teacher(path):
     return model.eval()
 
 
+def torch_kd_step(teacher, student, opt, x, y):
+    """One PyTorch KD step with the same per-step work as pare's Trainer: teacher forward without
+    grad, alpha * KL(batchmean, T) * T^2 + (1 - alpha) * CE, loss.item(), backward, optimizer
+    step, train-accuracy count."""
+    import torch
+    import torch.nn.functional as F
+    T, alpha = TEMPERATURE, ALPHA
+    with torch.no_grad():
+        t = teacher(x)
+    s = student(x)
+    kd = F.kl_div(F.log_softmax(s / T, 1), F.softmax(t / T, 1), reduction="batchmean") * T * T
+    loss = alpha * kd + (1 - alpha) * F.cross_entropy(s, y)
+    loss.item()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    (s.detach().argmax(1) == y).sum().item()
+
+
 def torch_check(args):
     """Writes x.npy (the first rows of the test split) and the torch teacher's logits on them."""
     import numpy as np
@@ -107,7 +126,6 @@ def torch_worker(args):
     x_all, y_all = load_fmnist_torch("train")
     teacher = torch_teacher(args.teacher)
     n = x_all.shape[0]
-    T, alpha = TEMPERATURE, ALPHA
 
     def timed(step, steps):
         gen = torch.Generator().manual_seed(0)
@@ -138,16 +156,7 @@ def torch_worker(args):
         student, opt = student_and_opt()
 
         def step(x, y):
-            with torch.no_grad():
-                t = teacher(x)
-            s = student(x)
-            kd = F.kl_div(F.log_softmax(s / T, 1), F.softmax(t / T, 1), reduction="batchmean") * T * T
-            loss = alpha * kd + (1 - alpha) * F.cross_entropy(s, y)
-            loss.item()
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            (s.detach().argmax(1) == y).sum().item()
+            torch_kd_step(teacher, student, opt, x, y)
         return timed(step, args.steps)
 
     def teacher_phase():
