@@ -1,15 +1,25 @@
 // pare quantize MODEL --calib D [--calib-samples N] [--method M] [--per-channel|--per-tensor]
 //               [--exclude NAME|OP ...] [--include NAME|OP ...] --out model.int8.onnx
+// pare quantize MODEL --calib D --qat [--teacher T] [--epochs N --lr LR ...] --out model.int8.onnx
+// pare quantize MODEL --dynamic [--per-tensor] --out model.int8.onnx
 // pare quantize MODEL --weight-only int4 [--group 32] --out model.int4.onnx
 #include <cstdio>
 #include <iostream>
+
+#include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "core/data.h"
 #include "core/error.h"
 #include "core/file_util.h"
+#include "core/module.h"
 #include "core/onnx_io.h"
+#include "distill/distiller.h"
+#include "distill/teacher.h"
+#include "distill/trainer.h"
+#include "quantize/dynamic.h"
 #include "quantize/ptq.h"
+#include "quantize/qat.h"
 #include "quantize/weight_only.h"
 
 namespace pare::cli {
@@ -31,6 +41,85 @@ std::vector<std::string> split_commas(const std::vector<std::string>& in) {
   return out;
 }
 
+struct QuantizeOpts {
+  std::string model, calib, calib_split = "train", method = "minmax", activations = "uint8";
+  std::string normalize, out, report, weight_only;
+  int64_t calib_samples = 512, batch_size = 256, group = 32;
+  uint64_t seed = 0;
+  double percentile = 99.99;
+  bool per_channel = false, per_tensor = false, keep_first = false, keep_last = false;
+  bool no_fold_bn = false, json = false, quiet = false;
+  std::vector<std::string> exclude, include;
+  int threads = 0, weight_bits = 8;
+  bool dynamic = false;
+  // --qat: the training run (data, schedule) and the distillation loss, as `pare distill` has them.
+  bool qat = false, learn_scales = false;
+  std::vector<std::string> teachers;
+  TrainingRun run;
+  distill::DistillLossOptions loss;
+};
+
+// --qat: prepare the fake-quant graph from the calibration, train it (distilling from the
+// teachers when given, else on the labels), convert it to QDQ and write it with its report.
+void run_qat(QuantizeOpts& o, const core::Graph& g, const at::Tensor& calib_x, const std::string& norm,
+             const quantize::PtqOptions& popts) {
+  TrainingRun& run = o.run;
+  if (run.data.empty()) run.data = o.calib;
+  run.normalize = norm;  // the model's own normalization, as for calibration
+  run.quiet = o.quiet;
+  run.json = o.json;
+  run.threads = o.threads;
+  run.trainer.batch_size(o.batch_size).seed(o.seed);
+  distill::TrainerOptions topts = run.start();
+  quantize::QatModel m =
+      quantize::prepare_qat(g, calib_x, quantize::QatOptions().ptq(popts).learn_scales(o.learn_scales));
+  core::Graph fq = m.graph;
+  core::TensorDataset train, val;
+  const core::TensorDataset* val_ptr = run.load_data(train, val, fq, topts);
+  core::Module student(std::move(fq));
+  std::vector<distill::EpochStats> history;
+  if (!o.teachers.empty()) {
+    distill::DistillLossOptions lopts = o.loss;
+    lopts.seed(topts.seed_);
+    lopts.validate();
+    auto teacher = distill::load_teachers(o.teachers, {}, topts.seed_);
+    if (!o.quiet && topts.is_writer())
+      std::fprintf(stderr, "quantization-aware training of %s on %s, distilling from %s: T=%g alpha=%g\n",
+                   o.model.c_str(), train.name.c_str(), teacher->describe().c_str(), lopts.temperature_,
+                   lopts.alpha_);
+    history = distill::distill(student, *teacher, lopts, topts, train, val_ptr);
+  } else {
+    if (!o.quiet && topts.is_writer())
+      std::fprintf(stderr, "quantization-aware training of %s on %s (cross entropy, no teacher)\n",
+                   o.model.c_str(), train.name.c_str());
+    distill::Trainer trainer(student, topts);
+    history = trainer.fit(train, val_ptr);
+  }
+  if (!topts.is_writer()) return;  // rank 0 converts and writes
+  quantize::PtqResult r = quantize::convert_qat(m, student.to_graph(), calib_x);
+  if (!norm.empty()) r.graph.metadata["pare.normalize"] = norm;
+  nlohmann::json qat = {{"epochs", history.size()},
+                        {"train_loss", history.empty() ? 0.0 : history.back().train_loss},
+                        {"teachers", o.teachers},
+                        {"learn_scales", o.learn_scales}};
+  if (val_ptr) {
+    // The written QDQ graph on the validation split: the same numbers as the fake-quant graph.
+    core::Module qdq(r.graph);
+    const double acc = distill::evaluate(qdq, *val_ptr).accuracy;
+    qat["fake_quant_accuracy"] = history.empty() ? -1.0 : history.back().val_accuracy;
+    qat["accuracy"] = acc;
+    if (!o.quiet)
+      std::fprintf(stderr, "%s accuracy of the QDQ model: %.2f%%\n", run.val_split.c_str(), acc * 100);
+  }
+  core::save_onnx(r.graph, o.out);
+  nlohmann::json j = nlohmann::json::parse(r.report.to_json(-1));
+  j["qat"] = qat;
+  if (!o.report.empty()) write_file_atomic(o.report, j.dump(2) + "\n");
+  if (o.json) std::cout << j.dump() << "\n";
+  else std::cout << r.report.to_text();
+  if (!o.quiet) std::fprintf(stderr, "wrote %s\n", o.out.c_str());
+}
+
 }  // namespace
 
 void add_quantize(CLI::App& app, Action& action) {
@@ -38,19 +127,10 @@ void add_quantize(CLI::App& app, Action& action) {
       "quantize",
       "Post-training static int8 quantization: calibrate activation ranges on a dataset and write "
       "a standard ONNX QDQ model (QuantizeLinear/DequantizeLinear, int8 weights) that ONNX Runtime "
-      "runs with int8 kernels and `pare eval` simulates exactly");
-  struct Opts {
-    std::string model, calib, calib_split = "train", method = "minmax", activations = "uint8";
-    std::string normalize, out, report, weight_only;
-    int64_t calib_samples = 512, batch_size = 256, group = 32;
-    uint64_t seed = 0;
-    double percentile = 99.99;
-    bool per_channel = false, per_tensor = false, keep_first = false, keep_last = false;
-    bool no_fold_bn = false, json = false, quiet = false;
-    std::vector<std::string> exclude, include;
-    int threads = 0;
-  };
-  auto o = std::make_shared<Opts>();
+      "runs with int8 kernels and `pare eval` simulates exactly; --qat trains the quantized model "
+      "first (with a --teacher: QAT with distillation); --dynamic and --weight-only int4 need no "
+      "calibration");
+  auto o = std::make_shared<QuantizeOpts>();
   cmd->add_option("model", o->model, "fp32 ONNX file or zoo spec")->required();
   cmd->add_option("--calib,-c", o->calib,
                   "Calibration data: fashion-mnist[:DIR] or npy:X.npy,Y.npy (required unless --weight-only)");
@@ -70,6 +150,13 @@ void add_quantize(CLI::App& app, Action& action) {
       ->capture_default_str();
   cmd->add_option("--percentile", o->percentile, "--method percentile: percentile of |x| kept")
       ->capture_default_str();
+  cmd->add_option("--weight-bits", o->weight_bits,
+                  "Static/QAT weight precision, 2..8 bits: symmetric codes stored in int8 (4 gives a "
+                  "4-bit model that is still standard QDQ)")
+      ->capture_default_str();
+  auto* dyn = cmd->add_flag("--dynamic", o->dynamic,
+                            "Dynamic quantization of Gemm/MatMul: int8 weights, activation scales "
+                            "computed at run time (DynamicQuantizeLinear + MatMulInteger); no --calib");
   auto* pc = cmd->add_flag("--per-channel", o->per_channel,
                            "Weight scales per output channel (the default)");
   cmd->add_flag("--per-tensor", o->per_tensor, "One weight scale per tensor")->excludes(pc);
@@ -90,17 +177,81 @@ void add_quantize(CLI::App& app, Action& action) {
   cmd->add_option("--threads", o->threads, "Intra-op threads (0: libtorch's default)");
   cmd->add_flag("--quiet,-q", o->quiet, "No progress output");
   cmd->add_option("--out,-o", o->out, "Where to write the quantized ONNX model")->required();
+  // Quantization-aware training: the run's options are TrainingRun's fields, registered here
+  // because --seed, --batch-size, --normalize, --threads, --quiet and --json are shared with
+  // calibration.
+  auto qg = "Quantization-aware training (--qat)";
+  auto* qat = cmd->add_flag("--qat", o->qat,
+                            "Quantization-aware training: fake-quantize where static quantization "
+                            "puts QDQ pairs (scales calibrated on --calib), train, then write the same "
+                            "QDQ form")
+                  ->group(qg);
+  qat->excludes(dyn);
+  auto& t = o->run.trainer;
+  t.epochs(1).lr(1e-4).batch_size(o->batch_size);
+  o->loss.temperature(4).alpha(0.9);
+  cmd->add_option("--teacher,-t", o->teachers,
+                  "Teacher for QAT with distillation: ONNX file, zoo spec or TorchScript; repeat for "
+                  "an ensemble (without one, QAT trains on the labels' cross entropy)")
+      ->group(qg)->needs(qat);
+  cmd->add_option("--temperature,-T", o->loss.temperature_, "Softmax temperature of the KD term")
+      ->capture_default_str()->group(qg)->needs(qat);
+  cmd->add_option("--alpha", o->loss.alpha_, "Weight of the KD term; labels' cross entropy gets 1 - alpha")
+      ->capture_default_str()->group(qg)->needs(qat);
+  cmd->add_flag("--learn-scales", o->learn_scales, "Train the quantization scales too (LSQ)")->group(qg)->needs(qat);
+  cmd->add_option("--data,-d", o->run.data, "Training data (default: the --calib dataset)")->group(qg)->needs(qat);
+  cmd->add_option("--epochs", t.epochs_, "Passes over the training set")->capture_default_str()->group(qg)->needs(qat);
+  cmd->add_option("--lr", t.lr_, "Peak learning rate")->capture_default_str()->group(qg)->needs(qat);
+  cmd->add_option("--optimizer", t.optimizer_, "adam, adamw or sgd")->capture_default_str()->group(qg)->needs(qat);
+  cmd->add_option("--weight-decay", t.weight_decay_, "Weight decay")->group(qg)->needs(qat);
+  cmd->add_option("--schedule", t.schedule_, "Learning-rate schedule: constant, step or cosine")
+      ->capture_default_str()->group(qg)->needs(qat);
+  cmd->add_option("--warmup-steps", t.warmup_steps_, "Linear learning-rate warmup steps")->group(qg)->needs(qat);
+  cmd->add_option("--max-steps", t.max_steps_, "Stop after this many optimizer steps (0: no limit)")
+      ->group(qg)->needs(qat);
+  cmd->add_option("--metrics", t.metrics_path_, "Write per-epoch metrics as JSON lines to this file")
+      ->group(qg)->needs(qat);
+  cmd->add_option("--augment", o->run.augment, "Random views of each training image: flip, shift=PIXELS or both")
+      ->group(qg)->needs(qat);
+  cmd->add_option("--val-split", o->run.val_split, "Split evaluated after each epoch")
+      ->capture_default_str()->group(qg)->needs(qat);
+  cmd->add_flag("--no-val", o->run.no_val, "Skip evaluation after each epoch")->group(qg)->needs(qat);
   cmd->footer(
       "Weights: symmetric int8, per output channel unless --per-tensor; biases int32 (scale = "
       "input scale * weight scale). Activations: the inputs and (Relu/Clip-fused) outputs of "
       "Conv/Gemm/MatMul, uint8 asymmetric by default. Shape-only ops (MaxPool, Flatten, Reshape, "
       "...) keep their input's scale; other ops run in fp32 on dequantized values.\n"
-      "Example: pare quantize cnn.onnx --calib fashion-mnist --method mse --out cnn.int8.onnx");
+      "--qat trains the fake-quant model (BatchNorm folded first, so training adjusts the weights "
+      "that get quantized) with the straight-through estimator, distilling from --teacher when "
+      "given, and writes the same QDQ form as static quantization.\n"
+      "Example: pare quantize cnn.onnx --calib fashion-mnist --method mse --out cnn.int8.onnx\n"
+      "Example: pare quantize mlp.onnx --calib fashion-mnist --weight-bits 4 --per-tensor --qat "
+      "--teacher cnn.onnx --epochs 2 --out mlp.w4.onnx");
   cmd->callback([&action, o] {
     action = [o] {
       set_threads(o->threads);
+      if (o->dynamic) {
+        PARE_CHECK(o->weight_only.empty(), "--dynamic and --weight-only are two different schemes; choose one");
+        PARE_CHECK(o->calib.empty(), "--dynamic computes activation scales at run time and takes no --calib "
+                   "(use static quantization for calibrated scales)");
+        PARE_CHECK(o->include.empty(), "--include applies to static quantization, not --dynamic");
+        PARE_CHECK(o->weight_bits == 8, "--dynamic writes int8 weights; --weight-bits ", o->weight_bits,
+                   " applies to static quantization and --qat");
+        core::Graph g = core::load_model(o->model);
+        quantize::check_not_quantized(g, o->model);
+        auto r = quantize::quantize_dynamic(
+            g, quantize::DynamicOptions().per_channel(!o->per_tensor).exclude(split_commas(o->exclude)));
+        PARE_CHECK(!r.layers.empty(), o->model, ": no MatMul or Gemm with a constant 2-D weight to quantize");
+        core::save_onnx(r.graph, o->out);
+        std::cout << r.to_text();
+        if (!o->quiet) std::fprintf(stderr, "wrote %s\n", o->out.c_str());
+        return;
+      }
       if (!o->weight_only.empty()) {
+        PARE_CHECK(!o->qat, "--qat trains int8 QDQ models; --weight-only int4 takes no training");
         PARE_CHECK(o->weight_only == "int4", "--weight-only must be int4, got '", o->weight_only, "'");
+        PARE_CHECK(o->weight_bits == 8, "--weight-bits applies to static quantization and --qat; --weight-only "
+                   "int4 stores 4-bit blocks of its own");
         PARE_CHECK(o->include.empty(), "--include applies to static quantization, not --weight-only");
         core::Graph g = core::load_model(o->model);
         quantize::check_not_quantized(g, o->model);
@@ -112,7 +263,8 @@ void add_quantize(CLI::App& app, Action& action) {
         if (!o->quiet) std::fprintf(stderr, "wrote %s\n", o->out.c_str());
         return;
       }
-      PARE_CHECK(!o->calib.empty(), "--calib is required for static quantization (or use --weight-only int4)");
+      PARE_CHECK(!o->calib.empty(), "--calib is required for static quantization and --qat (or use --dynamic "
+                 "or --weight-only int4)");
       quantize::PtqOptions opts;
       opts.method(quantize::parse_calib_method(o->method))
           .percentile(o->percentile)
@@ -123,6 +275,7 @@ void add_quantize(CLI::App& app, Action& action) {
           .keep_last(o->keep_last)
           .fold_bn(!o->no_fold_bn)
           .batch_size(o->batch_size)
+          .weight_bits(o->weight_bits)
           .calib_name("--calib " + o->calib + " (" + o->calib_split + ")");
       PARE_CHECK(o->activations == "uint8" || o->activations == "int8",
                  "--activations must be uint8 or int8, got '", o->activations, "'");
@@ -148,6 +301,10 @@ void add_quantize(CLI::App& app, Action& action) {
         std::fprintf(stderr, "quantizing %s with %lld calibration samples from %s (%s)\n",
                      o->model.c_str(), static_cast<long long>(n), o->calib.c_str(), o->calib_split.c_str());
 
+      if (o->qat) {
+        run_qat(*o, g, ds.x, norm, opts);
+        return;
+      }
       quantize::PtqResult r = quantize::quantize_static(g, ds.x, opts);
       core::save_onnx(r.graph, o->out);
       if (!o->report.empty()) write_file_atomic(o->report, r.report.to_json() + "\n");

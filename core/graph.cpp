@@ -209,14 +209,47 @@ int64_t Graph::initializer_bytes() const {
   return n;
 }
 
-namespace {
-struct Probed {
-  std::vector<int64_t> sizes;
-  at::ScalarType dtype;
-};
+int bypass_constant_identities(Graph& g) {
+  std::vector<Node> kept;
+  int removed = 0;
+  for (auto& n : g.nodes) {
+    if (n.op_type == "Identity" && n.has_input(0) && g.is_initializer(n.inputs[0]) &&
+        !is_graph_output(g, n.outputs[0])) {
+      for (auto& m : g.nodes)
+        for (auto& in : m.inputs)
+          if (in == n.outputs[0]) in = n.inputs[0];
+      ++removed;
+      continue;
+    }
+    kept.push_back(n);
+  }
+  g.nodes = std::move(kept);
+  return removed;
+}
 
-// Runs the graph on zeros with symbolic input dims bound to `dim`; every value's sizes and type.
-std::map<std::string, Probed> probe(const Graph& g, int64_t dim) {
+bool is_graph_output(const Graph& g, const std::string& v) {
+  for (auto& o : g.outputs)
+    if (o.name == v) return true;
+  return false;
+}
+
+int remove_unused_initializers(Graph& g) {
+  std::set<std::string> used;
+  for (auto& n : g.nodes) used.insert(n.inputs.begin(), n.inputs.end());
+  for (auto& o : g.outputs) used.insert(o.name);
+  int removed = 0;
+  for (auto it = g.initializers.begin(); it != g.initializers.end();) {
+    if (used.count(it->first)) {
+      ++it;
+    } else {
+      it = g.initializers.erase(it);
+      ++removed;
+    }
+  }
+  return removed;
+}
+
+std::map<std::string, ProbedValue> probe_values(const Graph& g, int64_t dim) {
   std::vector<std::string> all;
   for (auto& n : g.nodes)
     for (auto& o : n.outputs)
@@ -231,7 +264,7 @@ std::map<std::string, Probed> probe(const Graph& g, int64_t dim) {
     feeds.push_back(at::zeros(sizes, at::TensorOptions().dtype(in.dtype)));
   }
   at::NoGradGuard no_grad;
-  std::map<std::string, Probed> r;
+  std::map<std::string, ProbedValue> r;
   for (auto& [k, t] : m.forward_values(feeds, all))
     if (t.defined()) r[k] = {t.sizes().vec(), t.scalar_type()};
   for (size_t i = 0; i < g.inputs.size(); ++i)
@@ -239,11 +272,10 @@ std::map<std::string, Probed> probe(const Graph& g, int64_t dim) {
   for (auto& [k, t] : g.initializers) r[k] = {t.sizes().vec(), t.scalar_type()};
   return r;
 }
-}  // namespace
 
 std::map<std::string, std::vector<int64_t>> probe_shapes(const Graph& g, int64_t probe_dim) {
   std::map<std::string, std::vector<int64_t>> r;
-  for (auto& [k, p] : probe(g, probe_dim)) r[k] = p.sizes;
+  for (auto& [k, p] : probe_values(g, probe_dim)) r[k] = p.sizes;
   return r;
 }
 
@@ -253,8 +285,8 @@ void infer_shapes(Graph& g) {
     for (auto& d : in.shape)
       if (!d.is_fixed() && !d.symbol.empty() && batch == "N") batch = d.symbol;
   // Dims that differ between two probe sizes follow the batch.
-  auto a = probe(g, 1);
-  auto b = probe(g, 2);
+  auto a = probe_values(g, 1);
+  auto b = probe_values(g, 2);
   auto info = [&](const std::string& name) {
     ValueInfo v{name, a.at(name).dtype, {}, true};
     const auto& sa = a.at(name).sizes;

@@ -129,12 +129,30 @@ class Graph {
   int64_t initializer_bytes() const;
 };
 
+/// True when `v` is one of the graph's outputs.
+bool is_graph_output(const Graph& g, const std::string& v);
+
+/// Exporters write tied weights as Identity(initializer) (torch.onnx does for the cloned layers of
+/// an nn.TransformerEncoder): rewires the Identity's readers to the initializer itself, so the
+/// weight is a constant that passes can see, and drops the Identity. Returns how many.
+int bypass_constant_identities(Graph& g);
+
+/// Removes initializers that no node reads and that are not graph outputs. Returns how many.
+int remove_unused_initializers(Graph& g);
+
 /// Shapes of every value when the graph runs on inputs of the given concrete shapes, found by
 /// running each op's forward on placeholder values (zeros, or the initializers): the same code
 /// that runs the model decides its shapes, including the shape-computation subgraphs exporters
 /// write for a dynamic batch. Symbolic input dims are bound to `probe_dim`.
 /// Returns value name -> concrete sizes, for every value including initializers.
 std::map<std::string, std::vector<int64_t>> probe_shapes(const Graph& g, int64_t probe_dim = 1);
+
+/// probe_shapes with each value's element type too.
+struct ProbedValue {
+  std::vector<int64_t> sizes;
+  at::ScalarType dtype = at::kFloat;
+};
+std::map<std::string, ProbedValue> probe_values(const Graph& g, int64_t probe_dim = 1);
 
 /// Fills g.value_info and the graph outputs' shapes: dims that change between two probes with
 /// different batch sizes are marked with the batch symbol of the first input ("N" by default).

@@ -3,7 +3,12 @@
 // in pare exactly as ONNX defines it: y = saturate(round_half_to_even(x / scale) + zero_point),
 // x' = (q - zero_point) * scale. The integer math is done in float32 like ONNX Runtime does
 // (x / scale in float32, exact for the int8/uint8/int32 ranges involved).
-// Also com.microsoft MatMulNBits, the block-wise 4-bit weight-only MatMul that ONNX Runtime runs.
+// Also com.microsoft MatMulNBits, the block-wise 4-bit weight-only MatMul that ONNX Runtime runs;
+// DynamicQuantizeLinear and MatMulInteger, the ONNX ops of dynamic quantization (activation scale
+// computed at run time, integer MatMul); and FakeQuantize (domain "pare"), the quantization-aware
+// training op: QuantizeLinear -> DequantizeLinear in one node, the same numbers to the bit, with
+// straight-through gradients and optionally learnable (LSQ) scales.
+#include <cmath>
 #include <limits>
 
 #include "core/dtype.h"
@@ -138,6 +143,96 @@ Tensors matmul_nbits_forward(const Node& n, const Tensors& in, const RunContext&
   return {y.to(a.scalar_type())};
 }
 
+// FakeQuantize (x, scale, zero_point): y = (clamp(round(x / scale) + zp, qmin, qmax) - zp) * scale,
+// computed with the very expressions of QuantizeLinear and DequantizeLinear above, so a QAT graph
+// and the QDQ graph it converts to give the same outputs to the bit (at::fake_quantize_* multiply
+// by 1 / scale instead, which differs from ONNX's division in the last bit now and then).
+// Gradients: straight-through for x inside [qmin, qmax] (0 outside); with learnable = 1, LSQ's
+// gradient for the scale (Esser et al. 2020: round(x/s) - x/s inside, qmin - zp or qmax - zp
+// outside, times 1 / sqrt(values per scale * qmax)). The gradient terms are added as
+// (e - e.detach()), exactly zero, so they never change the forward value.
+Tensors fake_quantize_forward(const Node& n, const Tensors& in, const RunContext&) {
+  const at::Tensor& x = in.at(0);
+  const at::Tensor& scale = in.at(1);
+  const int64_t qmin = n.attr_int("qmin", 0), qmax = n.attr_int("qmax", 255);
+  PARE_CHECK(qmin < qmax, n.describe(), ": FakeQuantize needs qmin < qmax, got ", qmin, " and ", qmax);
+  PARE_CHECK(x.is_floating_point() && scale.is_floating_point(), n.describe(),
+             ": FakeQuantize needs floating x and scale, got ", dtype_name(x.scalar_type()), " and ",
+             dtype_name(scale.scalar_type()));
+  at::Tensor s = broadcast_param(n, scale.to(at::kFloat), x, "scale");
+  at::Tensor zp = has_input(in, 2) ? broadcast_param(n, in[2].to(at::kFloat), x, "zero_point")
+                                   : at::zeros({}, at::kFloat);
+  at::Tensor xf = x.to(at::kFloat), sd = s.detach();
+  at::Tensor qraw, q, y;
+  {
+    at::NoGradGuard no_grad;
+    qraw = at::round(xf.detach() / sd) + zp;
+    // Bounds beyond 2^24 (int32 biases) are not exact in float32: clamp in double for them.
+    const bool wide = qmax > (1 << 24) || qmin < -(1 << 24);
+    q = wide ? at::clamp(qraw.to(at::kDouble), static_cast<double>(qmin), static_cast<double>(qmax)).to(at::kFloat)
+             : at::clamp(qraw, static_cast<double>(qmin), static_cast<double>(qmax));
+    y = ((q - zp) * sd).to(x.scalar_type());
+  }
+  const bool learn = n.attr_int("learnable", 0) != 0 && scale.requires_grad();
+  if (!at::GradMode::is_enabled() || (!x.requires_grad() && !learn)) return {y};
+  at::Tensor inside = at::logical_and(qraw >= static_cast<double>(qmin), qraw <= static_cast<double>(qmax))
+                          .to(at::kFloat);
+  at::Tensor e = xf * inside;
+  if (learn) {
+    at::Tensor c = (q - zp - xf.detach() / sd * inside).detach();
+    const double per_scale = static_cast<double>(x.numel()) / static_cast<double>(std::max<int64_t>(1, scale.numel()));
+    const double g = 1.0 / std::sqrt(per_scale * static_cast<double>(std::max(qmax, -qmin)));
+    e = e + s * c * g;
+  }
+  return {y + (e - e.detach()).to(x.scalar_type())};
+}
+
+// DynamicQuantizeLinear: uint8 y, y_scale, y_zero_point from the range of x (which is widened to
+// contain 0), as ONNX defines it and ONNX Runtime computes it: scale = (max - min) / 255 in
+// float32, zero point = round_half_to_even(saturate(0 - min / scale)), y = saturate(round(x /
+// scale) + zero point).
+Tensors dynamic_quantize_forward(const Node& n, const Tensors& in, const RunContext&) {
+  const at::Tensor& x = in.at(0);
+  PARE_CHECK(x.is_floating_point() && x.numel() > 0, n.describe(),
+             ": DynamicQuantizeLinear needs a non-empty floating x, got ", dtype_name(x.scalar_type()), " ",
+             x.sizes());
+  at::Tensor xf = x.detach().to(at::kFloat);
+  const float lo = std::min(0.0f, xf.min().item<float>()), hi = std::max(0.0f, xf.max().item<float>());
+  const float scale = hi == lo ? 1.0f : (hi - lo) / 255.0f;
+  const float zp = std::nearbyint(std::max(0.0f, std::min(255.0f, 0.0f - lo / scale)));
+  at::Tensor q = at::clamp(at::round(xf / scale) + zp, 0, 255).to(at::kByte);
+  return {q, at::scalar_tensor(scale, at::kFloat), at::scalar_tensor(static_cast<int64_t>(zp), at::kByte)};
+}
+
+// MatMulInteger: int32 (A - a_zero_point) @ (B - b_zero_point), numpy-style batching like MatMul;
+// a_zero_point per tensor, b_zero_point per tensor or per column ([N]). Exact: the products are
+// summed in double, which holds every int32 result.
+Tensors matmul_integer_forward(const Node& n, const Tensors& in, const RunContext&) {
+  const at::Tensor &a = in.at(0), &b = in.at(1);
+  for (const at::Tensor* t : {&a, &b})
+    PARE_CHECK(t->scalar_type() == at::kByte || t->scalar_type() == at::kChar, n.describe(),
+               ": MatMulInteger needs uint8 or int8 A and B, got ", dtype_name(t->scalar_type()));
+  PARE_CHECK(a.dim() >= 1 && b.dim() >= 1, n.describe(), ": MatMulInteger needs A and B of rank >= 1");
+  at::Tensor ad = a.to(at::kDouble), bd = b.to(at::kDouble);
+  if (has_input(in, 2)) {
+    PARE_CHECK(in[2].numel() == 1 && in[2].scalar_type() == a.scalar_type(), n.describe(),
+               ": a_zero_point must be one value of A's type, got ", dtype_name(in[2].scalar_type()), " ",
+               in[2].sizes());
+    ad = ad - in[2].to(at::kDouble).reshape({});
+  }
+  if (has_input(in, 3)) {
+    const at::Tensor& z = in[3];
+    PARE_CHECK(z.scalar_type() == b.scalar_type() && (z.numel() == 1 || (z.dim() == 1 && z.size(0) == b.size(-1))),
+               n.describe(), ": b_zero_point must be one value or one per column (", b.size(-1),
+               ") of B's type, got ", dtype_name(z.scalar_type()), " ", z.sizes());
+    bd = bd - (z.numel() == 1 ? z.to(at::kDouble).reshape({}) : z.to(at::kDouble));
+  }
+  PARE_CHECK(ad.size(-1) == bd.size(b.dim() >= 2 ? -2 : 0), n.describe(),
+             ": MatMulInteger requires the reduction length of A and B to be equal, got A ", a.sizes(),
+             " and B ", b.sizes());
+  return {at::matmul(ad, bd).to(at::kInt)};
+}
+
 }  // namespace
 
 void register_quant_ops(OpRegistry& reg) {
@@ -158,6 +253,44 @@ void register_quant_ops(OpRegistry& reg) {
     };
     d.doc = "com.microsoft: A @ W^T with W [N, K] stored as 4-bit codes in blocks of block_size "
             "along K, one scale (and zero point, default 8) per block";
+    reg.add(std::move(d));
+  }
+  {
+    OpDef d;
+    d.name = "FakeQuantize";
+    d.inputs_min = 2;
+    d.inputs_max = 3;  // x, scale, zero_point
+    d.attrs = {spec_int("axis"), spec_int("qmin"), spec_int("qmax"), spec_int("learnable")};
+    d.forward = fake_quantize_forward;
+    d.flops = flops_per_output(4);
+    // A constant x (a weight) is trained through it; so is the scale when learnable = 1.
+    d.weight_inputs = {0, 1};
+    d.doc = "pare: QuantizeLinear -> DequantizeLinear in one node for quantization-aware training: "
+            "(clamp(round(x / scale) + zero_point, qmin, qmax) - zero_point) * scale, per tensor or "
+            "per `axis`; straight-through gradient for x, LSQ gradient for the scale when learnable=1";
+    reg.add(std::move(d));
+  }
+  {
+    OpDef d;
+    d.name = "DynamicQuantizeLinear";
+    d.outputs_min = d.outputs_max = 3;
+    d.forward = dynamic_quantize_forward;
+    d.flops = flops_per_output(4);
+    d.doc = "uint8 y, y_scale, y_zero_point with the scale and zero point computed from x's range "
+            "(widened to contain 0) at run time";
+    reg.add(std::move(d));
+  }
+  {
+    OpDef d;
+    d.name = "MatMulInteger";
+    d.inputs_min = 2;
+    d.inputs_max = 4;  // A, B, a_zero_point, b_zero_point
+    d.forward = matmul_integer_forward;
+    d.flops = [](const Node&, const std::vector<std::vector<int64_t>>& in,
+                 const std::vector<std::vector<int64_t>>& out) -> int64_t {
+      return out.empty() || in.empty() || in[0].empty() ? 0 : 2 * ops::numel(out[0]) * in[0].back();
+    };
+    d.doc = "int32 (A - a_zero_point) @ (B - b_zero_point) for uint8/int8 A and B";
     reg.add(std::move(d));
   }
   // QuantizeLinear and DequantizeLinear: (x, scale[, zero_point]).

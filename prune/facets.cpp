@@ -402,7 +402,8 @@ void register_prune_facets(core::OpRegistry& reg) {
   channels({"Gather", "GatherElements", "Slice", "Constant", "ConstantOfShape", "Expand", "Split",
             "Range", "Tile", "Pad"},
            block_all, false);
-  for (const char* q : {"QuantizeLinear", "DequantizeLinear", "MatMulNBits"})  // core/ops_quant.cpp
+  for (const char* q : {"QuantizeLinear", "DequantizeLinear", "MatMulNBits", "FakeQuantize",
+                        "DynamicQuantizeLinear", "MatMulInteger"})  // core/ops_quant.cpp
     if (reg.find(q)) channels({q}, block_all, false);
 }
 

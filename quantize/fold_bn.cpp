@@ -94,44 +94,4 @@ int fold_batch_norm(core::Graph& g) {
   return folded;
 }
 
-int bypass_constant_identities(core::Graph& g) {
-  std::vector<core::Node> kept;
-  int removed = 0;
-  for (auto& n : g.nodes) {
-    if (n.op_type == "Identity" && n.has_input(0) && g.is_initializer(n.inputs[0]) &&
-        !is_graph_output(g, n.outputs[0])) {
-      for (auto& m : g.nodes)
-        for (auto& in : m.inputs)
-          if (in == n.outputs[0]) in = n.inputs[0];
-      ++removed;
-      continue;
-    }
-    kept.push_back(n);
-  }
-  g.nodes = std::move(kept);
-  return removed;
-}
-
-bool is_graph_output(const core::Graph& g, const std::string& v) {
-  for (auto& o : g.outputs)
-    if (o.name == v) return true;
-  return false;
-}
-
-int remove_unused_initializers(core::Graph& g) {
-  std::set<std::string> used;
-  for (auto& n : g.nodes) used.insert(n.inputs.begin(), n.inputs.end());
-  for (auto& o : g.outputs) used.insert(o.name);
-  int removed = 0;
-  for (auto it = g.initializers.begin(); it != g.initializers.end();) {
-    if (used.count(it->first)) {
-      ++it;
-    } else {
-      it = g.initializers.erase(it);
-      ++removed;
-    }
-  }
-  return removed;
-}
-
 }  // namespace pare::quantize

@@ -49,10 +49,11 @@ QuantParams params_from_range(std::pair<double, double> range, QScheme scheme) {
   return p;
 }
 
-QuantParams weight_params(const at::Tensor& w, int64_t axis) {
+QuantParams weight_params(const at::Tensor& w, int64_t axis, int bits) {
+  PARE_CHECK(bits >= 2 && bits <= 8, "weight bits must be in 2..8, got ", bits);
   QuantParams p;
-  p.qmin = -127;
-  p.qmax = 127;
+  p.qmax = (int64_t{1} << (bits - 1)) - 1;
+  p.qmin = -p.qmax;
   at::Tensor a = w.detach().to(at::kFloat).abs();
   if (axis >= 0) {
     PARE_ASSERT(axis < w.dim(), "weight axis ", axis, " for a weight of rank ", w.dim());
@@ -61,10 +62,10 @@ QuantParams weight_params(const at::Tensor& w, int64_t axis) {
   } else {
     a = a.max();
   }
-  // An all-zero channel gets scale 1/127: any scale represents it, and a tiny one would blow up
+  // An all-zero channel gets scale 1/qmax: any scale represents it, and a tiny one would blow up
   // the bias quantized with it.
   a = at::where(a > 1e-8, a, at::ones_like(a));
-  p.scale = (a / 127.0).to(at::kFloat);
+  p.scale = (a / static_cast<double>(p.qmax)).to(at::kFloat);
   p.zero_point = at::zeros(p.scale.sizes(), at::kChar);
   return p;
 }

@@ -52,8 +52,9 @@ struct QuantParams {
 /// scale 1 (as ONNX Runtime does).
 QuantParams params_from_range(std::pair<double, double> range, QScheme scheme);
 
-/// Symmetric int8 parameters of a weight: per channel along `axis`, or per tensor when axis < 0.
-QuantParams weight_params(const at::Tensor& w, int64_t axis);
+/// Symmetric parameters of a weight: per channel along `axis`, or per tensor when axis < 0; codes
+/// in [-(2^(bits-1) - 1), 2^(bits-1) - 1] (bits 2..8), stored as int8.
+QuantParams weight_params(const at::Tensor& w, int64_t axis, int bits = 8);
 
 /// Integer tensor of `x` quantized with `p` (ONNX QuantizeLinear).
 at::Tensor quantize_tensor(const at::Tensor& x, const QuantParams& p);

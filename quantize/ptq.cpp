@@ -176,31 +176,23 @@ double scalar(const at::Tensor& t) { return t.to(at::kDouble).reshape({-1})[0].i
 
 }  // namespace
 
-PtqResult quantize_static(const Graph& fp32, const at::Tensor& calib_x, const PtqOptions& opts) {
-  check_not_quantized(fp32, "model '" + fp32.name + "'");
-  PARE_CHECK(fp32.opset >= 13, "model '", fp32.name, "' uses opset ", fp32.opset,
-             "; per-channel QuantizeLinear/DequantizeLinear need opset 13 or later (re-export it)");
-  check_calibration_data(fp32, calib_x, opts.calib_name_);
+void check_options(const PtqOptions& opts) {
   PARE_CHECK(opts.batch_size_ >= 1, "calibration batch size must be at least 1, got ", opts.batch_size_);
-  auto say = [&](const std::string& s) {
-    if (opts.progress_) opts.progress_(s);
-  };
-  at::NoGradGuard no_grad;
-  PtqResult res;
-  QuantReport& rep = res.report;
-  rep.method = calib_method_name(opts.method_);
-  if (opts.method_ == CalibMethod::kPercentile) {
-    std::ostringstream os;
-    os << rep.method << " " << opts.percentile_;
-    rep.method = os.str();
-  }
-  rep.weights = std::string("int8 symmetric ") + (opts.per_channel_ ? "per-channel" : "per-tensor");
-  rep.activations = opts.activations_ == QScheme::kAsymmetricUInt8 ? "uint8 asymmetric" : "int8 symmetric";
-  rep.calib_samples = calib_x.size(0);
+  PARE_CHECK(opts.weight_bits_ >= 2 && opts.weight_bits_ <= 8, "weight bits must be in 2..8, got ",
+             opts.weight_bits_);
+}
 
-  Graph g = fp32;
+std::vector<std::string> QuantPlan::roots() const {
+  std::vector<std::string> r;
+  for (auto& v : activations)
+    if (root.at(v) == v) r.push_back(v);
+  return r;
+}
+
+QuantPlan plan_quantization(Graph& g, const PtqOptions& opts) {
+  QuantPlan plan;
   g.topo_sort();
-  rep.folded_batch_norms = opts.fold_bn_ ? fold_batch_norm(g) : 0;
+  plan.folded_batch_norms = opts.fold_bn_ ? fold_batch_norm(g) : 0;
   bypass_constant_identities(g);
   check_lists(g, opts);
 
@@ -212,13 +204,13 @@ PtqResult quantize_static(const Graph& fp32, const at::Tensor& calib_x, const Pt
     if (p.kind != Kind::kCompute) continue;
     const std::string& w = n.inputs[static_cast<size_t>(p.weight_input)];
     if (!g.is_initializer(w) || !at::isFloatingType(g.initializers.at(w).scalar_type())) {
-      rep.skipped.push_back(n.describe() + ": weight '" + w + "' is not a constant");
+      plan.skipped.push_back(n.describe() + ": weight '" + w + "' is not a constant");
       continue;
     }
     chosen.push_back(i);
   }
   auto drop = [&](size_t at, const std::string& why) {
-    rep.skipped.push_back(g.nodes[chosen[at]].describe() + ": " + why);
+    plan.skipped.push_back(g.nodes[chosen[at]].describe() + ": " + why);
     chosen.erase(chosen.begin() + static_cast<long>(at));
   };
   if (opts.keep_first_ && !chosen.empty()) drop(0, "first layer kept in fp32");
@@ -231,8 +223,7 @@ PtqResult quantize_static(const Graph& fp32, const at::Tensor& calib_x, const Pt
 
   // 2. The activations to quantize: the compute nodes' inputs and (fused) outputs. A value made by
   // a passthrough op shares the scale of its input, which is quantized too.
-  std::map<std::string, std::string> root;  // value -> value whose parameters it uses
-  std::vector<std::string> order;
+  std::map<std::string, std::string>& root = plan.root;
   std::function<std::string(const std::string&)> mark = [&](const std::string& v) -> std::string {
     auto it = root.find(v);
     if (it != root.end()) return it->second;
@@ -245,20 +236,14 @@ PtqResult quantize_static(const Graph& fp32, const at::Tensor& calib_x, const Pt
         r = mark(p.inputs[0]);
     }
     root[v] = r;
-    order.push_back(v);
+    plan.activations.push_back(v);
     return r;
   };
-  struct Chosen {
-    size_t node;
-    std::string input_root;  // the activation whose scale the bias uses
-    std::string output;      // requantized output value, "" when it stays fp32
-    std::string fused;
-  };
-  std::vector<Chosen> layers;
   for (size_t i : chosen) {
     const Node& n = g.nodes[i];
     const QuantPolicy& p = policy_of(n.op_type);
-    Chosen c{i, "", "", ""};
+    QuantPlan::Layer c;
+    c.node = i;
     for (int a : p.activation_inputs)
       if (n.has_input(static_cast<size_t>(a)) && !g.is_initializer(n.inputs[static_cast<size_t>(a)])) {
         const std::string r = mark(n.inputs[static_cast<size_t>(a)]);
@@ -274,79 +259,124 @@ PtqResult quantize_static(const Graph& fp32, const at::Tensor& calib_x, const Pt
       }
     }
     if (!is_graph_output(g, out) && !g.consumers(out).empty()) c.output = mark(out) == out ? out : "";
-    layers.push_back(c);
+    // The weight, and the bias when it is 1-D per output channel (it becomes int32 with scale
+    // s_x * s_w).
+    c.weight = n.inputs[static_cast<size_t>(p.weight_input)];
+    const at::Tensor& w = g.initializers.at(c.weight);
+    c.axis = opts.per_channel_ ? p.weight_axis(n, w.dim()) : -1;
+    if (p.bias_input >= 0 && n.has_input(static_cast<size_t>(p.bias_input)) && !c.input_root.empty()) {
+      const std::string& bname = n.inputs[static_cast<size_t>(p.bias_input)];
+      const int64_t channels = c.axis >= 0 ? w.size(c.axis) : -1;
+      if (g.is_initializer(bname)) {
+        const at::Tensor& b = g.initializers.at(bname);
+        if (at::isFloatingType(b.scalar_type()) && b.dim() == 1 && (channels < 0 || b.size(0) == channels))
+          c.bias = bname;
+      }
+    }
+    plan.layers.push_back(c);
   }
+  return plan;
+}
 
-  // 3. Calibration: ranges of every root value over the calibration data.
-  std::vector<std::string> roots;
-  for (auto& v : order)
-    if (root[v] == v) roots.push_back(v);
+Calibration calibrate(const Graph& g, const QuantPlan& plan, const at::Tensor& calib_x, const PtqOptions& opts) {
+  at::NoGradGuard no_grad;
+  const std::string method = calib_method_name(opts.method_);
+  const std::vector<std::string> roots = plan.roots();
   const auto batches = batches_of(calib_x, opts.batch_size_);
   core::Module model(g);
   model.eval();
-  std::map<std::string, Observer> obs;
-  for (auto& r : roots) obs.emplace(r, Observer(opts.method_, opts.activations_, opts.percentile_));
+  Calibration cal;
+  for (auto& r : roots) cal.observers.emplace(r, Observer(opts.method_, opts.activations_, opts.percentile_));
   const int passes = opts.method_ == CalibMethod::kMinMax ? 1 : 2;
   for (int pass = 0; pass < passes; ++pass) {
-    say("calibrating " + std::to_string(roots.size()) + " activations on " +
-        std::to_string(calib_x.size(0)) + " samples (" + rep.method + ", pass " +
-        std::to_string(pass + 1) + "/" + std::to_string(passes) + ")");
+    if (opts.progress_)
+      opts.progress_("calibrating " + std::to_string(roots.size()) + " activations on " +
+                     std::to_string(calib_x.size(0)) + " samples (" + method + ", pass " +
+                     std::to_string(pass + 1) + "/" + std::to_string(passes) + ")");
     for (auto& b : batches) {
       auto vals = model.forward_values({b}, roots);
       for (auto& r : roots) {
         const at::Tensor& v = vals.at(r);
         PARE_CHECK(v.is_floating_point(), "cannot quantize value '", r, "': it is ",
                    core::dtype_name(v.scalar_type()), ", not floating point");
-        if (pass == 0) obs.at(r).observe_range(v);
-        else obs.at(r).observe_histogram(v);
+        if (pass == 0) cal.observers.at(r).observe_range(v);
+        else cal.observers.at(r).observe_histogram(v);
       }
     }
   }
-  std::map<std::string, QuantParams> act;
-  for (auto& r : roots) act[r] = params_from_range(obs.at(r).range(), opts.activations_);
+  for (auto& r : roots) cal.params[r] = params_from_range(cal.observers.at(r).range(), opts.activations_);
+  return cal;
+}
 
-  // 4. The rewrite.
+std::map<WeightKey, QuantParams> weight_quant_params(const Graph& g, const QuantPlan& plan, const Calibration& cal,
+                                                     const PtqOptions& opts) {
+  std::map<WeightKey, QuantParams> r;
+  for (auto& c : plan.layers) {
+    const WeightKey key{c.weight, c.axis};
+    // A weight read by several nodes (tied weights) is quantized once, as its first reader needs.
+    if (r.count(key)) continue;
+    const at::Tensor w = g.initializers.at(c.weight).to(at::kFloat);
+    QuantParams wp = weight_params(w, c.axis, opts.weight_bits_);
+    if (!c.bias.empty()) {
+      // Keep |b| / (s_x * s_w) within int32 (2^30 leaves room): widen s_w where it is not.
+      const at::Tensor b = g.initializers.at(c.bias).to(at::kFloat);
+      const at::Tensor& sx = cal.params.at(c.input_root).scale;
+      at::Tensor need = (c.axis >= 0 ? b.abs() : b.abs().max()) / (sx * 1073741824.0);
+      wp.scale = at::maximum(wp.scale, need.to(at::kFloat));
+    }
+    r[key] = wp;
+  }
+  return r;
+}
+
+PtqResult write_qdq(const Graph& g, const QuantPlan& plan, const Calibration& cal,
+                    const std::map<WeightKey, QuantParams>& weights, const at::Tensor& calib_x,
+                    const PtqOptions& opts) {
+  auto say = [&](const std::string& s) {
+    if (opts.progress_) opts.progress_(s);
+  };
+  at::NoGradGuard no_grad;
+  PtqResult res;
+  QuantReport& rep = res.report;
+  rep.method = calib_method_name(opts.method_);
+  if (opts.method_ == CalibMethod::kPercentile) {
+    std::ostringstream os;
+    os << rep.method << " " << opts.percentile_;
+    rep.method = os.str();
+  }
+  rep.weights = (opts.weight_bits_ == 8 ? std::string("int8") : std::to_string(opts.weight_bits_) + "-bit (int8 storage)") +
+                " symmetric " + (opts.per_channel_ ? "per-channel" : "per-tensor");
+  rep.activations = opts.activations_ == QScheme::kAsymmetricUInt8 ? "uint8 asymmetric" : "int8 symmetric";
+  rep.calib_samples = calib_x.size(0);
+  rep.folded_batch_norms = plan.folded_batch_norms;
+  rep.skipped = plan.skipped;
+  const std::map<std::string, QuantParams>& act = cal.params;
+
   say("inserting QuantizeLinear/DequantizeLinear pairs");
   Graph q = g;
   std::map<std::string, std::string> dq_of;
-  for (auto& v : order) {
-    dq_of[v] = insert_qdq(q, v, act.at(root[v]));
-    const Observer& o = obs.at(root[v]);
-    const QuantParams& p = act.at(root[v]);
+  for (auto& v : plan.activations) {
+    const std::string& r = plan.root.at(v);
+    dq_of[v] = insert_qdq(q, v, act.at(r));
+    const Observer& o = cal.observers.at(r);
+    const QuantParams& p = act.at(r);
     auto range = o.range();
     rep.activations_quantized.push_back({v, o.min(), o.max(), range.first, range.second, scalar(p.scale),
-                                         static_cast<int64_t>(scalar(p.zero_point)),
-                                         root[v] == v ? "" : root[v]});
+                                         static_cast<int64_t>(scalar(p.zero_point)), r == v ? "" : r});
   }
-  // A weight read by several nodes (tied weights) is stored once: (name, axis) -> its reading.
-  std::map<std::pair<std::string, int64_t>, std::pair<std::string, QuantParams>> stored;
-  for (auto& c : layers) {
-    const QuantPolicy& p = policy_of(q.nodes[c.node].op_type);
-    const std::string wname = q.nodes[c.node].inputs[static_cast<size_t>(p.weight_input)];
-    const at::Tensor w = q.initializers.at(wname).to(at::kFloat);
-    const int64_t axis = opts.per_channel_ ? p.weight_axis(q.nodes[c.node], w.dim()) : -1;
-    auto cached = stored.find({wname, axis});
-    QuantParams wp = cached != stored.end() ? cached->second.second : weight_params(w, axis);
-    // The bias, when 1-D per output channel, becomes int32 with scale s_x * s_w.
-    std::string bname;
-    at::Tensor b;
-    if (p.bias_input >= 0 && q.nodes[c.node].has_input(static_cast<size_t>(p.bias_input)) && !c.input_root.empty()) {
-      bname = q.nodes[c.node].inputs[static_cast<size_t>(p.bias_input)];
-      const int64_t channels = axis >= 0 ? w.size(axis) : -1;
-      if (q.is_initializer(bname)) b = q.initializers.at(bname).to(at::kFloat);
-      if (!b.defined() || b.dim() != 1 || (channels >= 0 && b.size(0) != channels)) b = at::Tensor();
-    }
-    const at::Tensor sx = b.defined() ? act.at(c.input_root).scale : at::Tensor();
-    if (b.defined() && cached == stored.end()) {
-      // Keep |b| / (s_x * s_w) within int32 (2^30 leaves room): widen s_w where it is not.
-      at::Tensor need = (axis >= 0 ? b.abs() : b.abs().max()) / (sx * 1073741824.0);
-      wp.scale = at::maximum(wp.scale, need.to(at::kFloat));
-    }
-    const at::Tensor wq = quantize_tensor(w, wp);
+  // A weight read by several nodes (tied weights) is stored once.
+  std::map<WeightKey, std::string> stored;
+  for (auto& c : plan.layers) {
+    const WeightKey key{c.weight, c.axis};
+    const QuantParams& wp = weights.at(key);
+    const at::Tensor w = q.initializers.at(c.weight).to(at::kFloat);
+    // Codes beyond the parameters' range (a trained weight that outgrew its QAT scale) saturate
+    // as the fake-quant op saturated them.
+    const at::Tensor wq = at::clamp(quantize_tensor(w, wp), wp.qmin, wp.qmax);
     LayerReport lr;
     lr.node = q.nodes[c.node].name;
     lr.op = q.nodes[c.node].op_type;
-    lr.weight = wname;
+    lr.weight = c.weight;
     lr.per_channel = wp.per_channel();
     lr.weight_scale_min = wp.scale.min().item<double>();
     lr.weight_scale_max = wp.scale.max().item<double>();
@@ -357,16 +387,19 @@ PtqResult quantize_static(const Graph& fp32, const at::Tensor& calib_x, const Pt
       lr.output_scale = scalar(act.at(c.output).scale);
       lr.output_zero_point = static_cast<int64_t>(scalar(act.at(c.output).zero_point));
     }
+    auto cached = stored.find(key);
     const std::string wdq =
-        cached != stored.end() ? cached->second.first : add_dequantized_constant(q, wname, wq, wp, true);
-    stored[{wname, axis}] = {wdq, wp};
+        cached != stored.end() ? cached->second : add_dequantized_constant(q, c.weight, wq, wp, true);
+    stored[key] = wdq;
+    const QuantPolicy& p = policy_of(q.nodes[c.node].op_type);
     q.nodes[c.node].inputs[static_cast<size_t>(p.weight_input)] = wdq;
-    if (b.defined()) {
+    if (!c.bias.empty()) {
       QuantParams bp;
-      bp.scale = (sx * wp.scale).to(at::kFloat);
-      bp.axis = axis >= 0 ? 0 : -1;
+      bp.scale = (act.at(c.input_root).scale * wp.scale).to(at::kFloat);
+      bp.axis = c.axis >= 0 ? 0 : -1;
       bp.zero_point = at::zeros(bp.scale.sizes(), at::kInt);
-      const std::string bdq = add_dequantized_constant(q, bname, quantize_tensor(b, bp), bp, false);
+      const at::Tensor b = q.initializers.at(c.bias).to(at::kFloat);
+      const std::string bdq = add_dequantized_constant(q, c.bias, quantize_tensor(b, bp), bp, false);
       q.nodes[c.node].inputs[static_cast<size_t>(p.bias_input)] = bdq;
     }
     rep.layers.push_back(lr);
@@ -378,8 +411,10 @@ PtqResult quantize_static(const Graph& fp32, const at::Tensor& calib_x, const Pt
                                     rep.activations + "; calibration " + rep.method + " on " +
                                     std::to_string(rep.calib_samples) + " samples";
 
-  // 5. SQNR of each requantized output and of the model output, fp32 vs quantized.
+  // SQNR of each requantized output and of the model output, fp32 vs quantized.
   say("measuring SQNR against fp32");
+  core::Module model(g);
+  model.eval();
   core::Module qmodel(q);
   qmodel.eval();
   std::vector<std::string> fp_names, q_names;
@@ -391,7 +426,7 @@ PtqResult quantize_static(const Graph& fp32, const at::Tensor& calib_x, const Pt
   std::vector<SqnrAccumulator> acc(fp_names.size());
   SqnrAccumulator out_acc;
   int64_t agree = 0, rows = 0;
-  for (auto& b : batches) {
+  for (auto& b : batches_of(calib_x, opts.batch_size_)) {
     auto fv = model.forward_values({b}, fp_names);
     auto qv = qmodel.forward_values({b}, q_names);
     for (size_t k = 0; k < fp_names.size(); ++k) acc[k].add(fv.at(fp_names[k]), qv.at(q_names[k]));
@@ -407,9 +442,27 @@ PtqResult quantize_static(const Graph& fp32, const at::Tensor& calib_x, const Pt
     if (!rep.layers[k].output.empty()) rep.layers[k].output_sqnr_db = acc[j++].db();
   rep.output_sqnr_db = out_acc.db();
   rep.argmax_agreement = rows ? static_cast<double>(agree) / static_cast<double>(rows) : 0.0;
-  rep.fp32_bytes = fp32.initializer_bytes();
+  rep.fp32_bytes = g.initializer_bytes();
   rep.quantized_bytes = q.initializer_bytes();
   res.graph = std::move(q);
+  return res;
+}
+
+void check_static_inputs(const Graph& fp32, const at::Tensor& calib_x, const PtqOptions& opts) {
+  check_not_quantized(fp32, "model '" + fp32.name + "'");
+  PARE_CHECK(fp32.opset >= 13, "model '", fp32.name, "' uses opset ", fp32.opset,
+             "; per-channel QuantizeLinear/DequantizeLinear need opset 13 or later (re-export it)");
+  check_calibration_data(fp32, calib_x, opts.calib_name_);
+  check_options(opts);
+}
+
+PtqResult quantize_static(const Graph& fp32, const at::Tensor& calib_x, const PtqOptions& opts) {
+  check_static_inputs(fp32, calib_x, opts);
+  Graph g = fp32;
+  const QuantPlan plan = plan_quantization(g, opts);
+  const Calibration cal = calibrate(g, plan, calib_x, opts);
+  PtqResult res = write_qdq(g, plan, cal, weight_quant_params(g, plan, cal, opts), calib_x, opts);
+  res.report.fp32_bytes = fp32.initializer_bytes();
   return res;
 }
 

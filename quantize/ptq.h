@@ -19,7 +19,9 @@
 #include <ATen/ATen.h>
 
 #include <functional>
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/graph.h"
@@ -63,6 +65,9 @@ struct PtqOptions {
   PtqOptions& percentile(double v) { percentile_ = v; return *this; }
   /// Weights per output channel (default) or per tensor.
   PtqOptions& per_channel(bool v) { per_channel_ = v; return *this; }
+  /// Weight precision, 2..8 bits (default 8): symmetric codes in [-(2^(bits-1) - 1), 2^(bits-1) - 1]
+  /// stored in int8 initializers, so a 4-bit model is still a standard QDQ graph.
+  PtqOptions& weight_bits(int v) { weight_bits_ = v; return *this; }
   /// Activations asymmetric uint8 (default) or symmetric int8.
   PtqOptions& activations(QScheme v) { activations_ = v; return *this; }
   /// Node names or op types kept in fp32.
@@ -85,6 +90,7 @@ struct PtqOptions {
   CalibMethod method_ = CalibMethod::kMinMax;
   double percentile_ = 99.99;
   bool per_channel_ = true;
+  int weight_bits_ = 8;
   QScheme activations_ = QScheme::kAsymmetricUInt8;
   std::vector<std::string> exclude_, include_;
   bool keep_first_ = false, keep_last_ = false, fold_bn_ = true;
@@ -149,9 +155,70 @@ void check_not_quantized(const core::Graph& g, const std::string& origin);
 /// the model's single input (rank, fixed dims, float vs integer).
 void check_calibration_data(const core::Graph& g, const at::Tensor& x, const std::string& calib_name);
 
+/// Throws InputError naming the option when a PtqOptions value is out of range.
+void check_options(const PtqOptions& opts);
+/// What quantize_static and prepare_qat require of their input: check_not_quantized, opset >= 13,
+/// check_calibration_data and check_options. Throws InputError.
+void check_static_inputs(const core::Graph& fp32, const at::Tensor& calib_x, const PtqOptions& opts);
+
+/// Where quantization goes in a prepared graph, decided once from the ops' policies and the
+/// options. Static PTQ rewrites it into QDQ pairs; QAT (quantize/qat.h) into FakeQuantize nodes
+/// that it later converts to the very same QDQ graph.
+struct QuantPlan {
+  /// One quantized compute node.
+  struct Layer {
+    size_t node = 0;          ///< index in the prepared graph
+    std::string weight;       ///< its weight initializer
+    int64_t axis = -1;        ///< the weight's per-channel axis, -1 per tensor
+    std::string bias;         ///< bias initializer stored as int32 (scale s_x * s_w), or ""
+    std::string input_root;   ///< the activation whose scale the bias uses
+    std::string output;       ///< the requantized output value, "" when it stays fp32
+    std::string fused;        ///< the fused activation's op type, or ""
+  };
+  std::vector<Layer> layers;
+  /// Values that get a QuantizeLinear/DequantizeLinear pair, in insertion order.
+  std::vector<std::string> activations;
+  /// value -> the value whose parameters it shares (itself, or a passthrough op's input).
+  std::map<std::string, std::string> root;
+  std::vector<std::string> skipped;  ///< "Gemm 'fc2': excluded" and the like
+  int folded_batch_norms = 0;
+
+  /// The values calibrated: activations that are their own root, in order.
+  std::vector<std::string> roots() const;
+};
+
+/// Prepares `g` in place (topologically sorted, BatchNorm folded unless opts say not, tied
+/// weights made constants) and plans its quantization. Throws InputError for a bad include or
+/// exclude entry.
+QuantPlan plan_quantization(core::Graph& g, const PtqOptions& opts);
+
+/// Activation ranges and the parameters derived from them, per root value of a plan.
+struct Calibration {
+  std::map<std::string, Observer> observers;
+  std::map<std::string, QuantParams> params;
+};
+/// Runs `g` (prepared, as planned) over `calib_x` and calibrates every root of `plan`.
+Calibration calibrate(const core::Graph& g, const QuantPlan& plan, const at::Tensor& calib_x,
+                      const PtqOptions& opts);
+
+/// A weight as quantized: (initializer name, per-channel axis or -1).
+using WeightKey = std::pair<std::string, int64_t>;
+/// Symmetric weight parameters of every planned layer (a tied weight once), the scale widened
+/// where an int32 bias would overflow with it.
+std::map<WeightKey, QuantParams> weight_quant_params(const core::Graph& g, const QuantPlan& plan,
+                                                     const Calibration& cal, const PtqOptions& opts);
+
+/// Rewrites `g` (prepared, as planned) into the QDQ graph with the given activation and weight
+/// parameters (weights are clamped to each parameter's [qmin, qmax]) and reports it, with SQNR
+/// against `g` measured on `calib_x`.
+PtqResult write_qdq(const core::Graph& g, const QuantPlan& plan, const Calibration& cal,
+                    const std::map<WeightKey, QuantParams>& weights, const at::Tensor& calib_x,
+                    const PtqOptions& opts);
+
 /// Quantizes `fp32` statically with activation ranges calibrated on `calib_x` (the model's single
-/// input, [N, ...]). Throws InputError for an already quantized model, calibration data that does
-/// not fit, an opset below 13 (per-axis QuantizeLinear), or a bad include/exclude entry.
+/// input, [N, ...]): plan_quantization, calibrate, weight_quant_params, write_qdq. Throws
+/// InputError for an already quantized model, calibration data that does not fit, an opset below
+/// 13 (per-axis QuantizeLinear), or a bad include/exclude entry.
 PtqResult quantize_static(const core::Graph& fp32, const at::Tensor& calib_x, const PtqOptions& opts);
 
 }  // namespace pare::quantize

@@ -118,11 +118,12 @@ WeightOnlyResult quantize_weight_only(const core::Graph& fp32, const WeightOnlyO
   g.metadata["pare.quantization"] = meta.str();
   res.fp32_bytes = fp32.initializer_bytes();
   res.quantized_bytes = g.initializer_bytes();
+  res.done = "to int4";
   res.graph = std::move(g);
   return res;
 }
 
-std::string WeightOnlyResult::to_text() const {
+std::string RewriteResult::to_text() const {
   std::ostringstream os;
   os << std::left << std::setw(28) << "node" << std::setw(8) << "op" << std::setw(14) << "K x N"
      << "W SQNR\n";
@@ -133,7 +134,8 @@ std::string WeightOnlyResult::to_text() const {
     os << std::left << std::setw(28) << l.node << std::setw(8) << l.op << std::setw(14) << kn.str()
        << db.str() << "\n";
   }
-  os << layers.size() << " layers to int4, initializers " << fp32_bytes << " -> " << quantized_bytes
+  for (auto& s : skipped) os << "kept fp32: " << s << "\n";
+  os << layers.size() << " layers " << done << ", initializers " << fp32_bytes << " -> " << quantized_bytes
      << " bytes\n";
   return os.str();
 }

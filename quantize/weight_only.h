@@ -25,24 +25,25 @@ struct WeightOnlyOptions {
   std::vector<std::string> exclude_;
 };
 
-/// One rewritten node.
-struct WeightOnlyLayer {
+/// One Gemm/MatMul whose weight a rewrite quantized (weight-only here, dynamic in dynamic.h).
+struct RewrittenLayer {
   std::string node, op, weight;
   int64_t k = 0, n = 0;
-  double weight_sqnr_db = 0;  ///< fp32 weight vs its int4 reading
+  double weight_sqnr_db = 0;  ///< fp32 weight vs its quantized reading
 };
 
-struct WeightOnlyResult {
+/// What a weight rewrite did.
+struct RewriteResult {
   core::Graph graph;
-  std::vector<WeightOnlyLayer> layers;
+  std::vector<RewrittenLayer> layers;
+  std::vector<std::string> skipped;             ///< "Conv 'c1': ..." and the like
   int64_t fp32_bytes = 0, quantized_bytes = 0;  ///< initializer bytes before / after
+  std::string done;                             ///< for the summary line: "to int4"
   /// A table for the terminal.
   std::string to_text() const;
 };
+using WeightOnlyResult = RewriteResult;
 
-/// Rewrites every eligible MatMul/Gemm (constant 2-D float weight; Gemm with transA = 0 and
-/// alpha = 1; a Gemm bias C of shape [N] or scalar becomes an Add). Throws InputError for an
-/// already quantized model, a bad group size, or an exclude entry that names nothing.
 WeightOnlyResult quantize_weight_only(const core::Graph& fp32, const WeightOnlyOptions& opts);
 
 }  // namespace pare::quantize

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # pare quantize: writes a QDQ model that pare eval/run execute and onnx.checker accepts, prints
-# and writes the per-layer report, and refuses bad input with exit 2 and no output file.
+# and writes the per-layer report, and refuses bad input with exit 2 and no output file; --qat
+# trains a fake-quant model (with or without a teacher) and writes the same QDQ form; --dynamic
+# writes DynamicQuantizeLinear + MatMulInteger.
 source "$(dirname "$0")/lib.sh"
 make_npy_data "$work" 64
 data="npy:$work/x.npy,$work/y.npy"
@@ -35,6 +37,46 @@ expect_exit 0 "" -- "$PARE" run "$work/cnn.int8.onnx" --input "$work/x.npy" --ou
 expect_exit 0 '"skipped"' -- "$PARE" quantize "$work/cnn.onnx" --calib "$data" --calib-samples 16 \
   --exclude Gemm --per-tensor --json --quiet --out "$work/cnn.conv.onnx"
 
+# --qat with a teacher: a few steps of QAT with distillation of an MLP with 4-bit per-tensor weights.
+"$PARE" train --model mlp:784-32-10 --data "$data" --epochs 1 --batch-size 16 --max-steps 3 --no-val --quiet \
+  --seed 1 --out "$work/mlp.onnx"
+expect_exit 0 "QDQ model" -- "$PARE" quantize "$work/mlp.onnx" --calib "$data" --calib-samples 32 --qat \
+  --teacher "$work/cnn.onnx" --epochs 1 --max-steps 3 --batch-size 16 --weight-bits 4 --per-tensor \
+  --temperature 2 --alpha 0.5 --report "$work/qat.json" --out "$work/mlp.qat.onnx"
+"$PY" - "$work/qat.json" "$work/mlp.qat.onnx" <<'PYEOF' || fail "QAT report or model content"
+import json, sys, onnx
+from onnx import numpy_helper
+r = json.load(open(sys.argv[1]))
+q = r["qat"]
+assert q["teachers"] and q["epochs"] == 1, q
+# The QDQ model written gives exactly the fake-quant model's accuracy.
+assert q["accuracy"] == q["fake_quant_accuracy"], q
+assert "4-bit" in r["weights"] and "QAT" in r["method"], r
+m = onnx.load(sys.argv[2])
+onnx.checker.check_model(m, full_check=True)
+ops = {n.op_type for n in m.graph.node}
+assert {"QuantizeLinear", "DequantizeLinear"} <= ops and "FakeQuantize" not in ops, ops
+codes = [numpy_helper.to_array(i) for i in m.graph.initializer if i.data_type == onnx.TensorProto.INT8 and len(i.dims) == 2]
+assert len(codes) == 2 and all(abs(c).max() <= 7 for c in codes), [abs(c).max() for c in codes]
+print("ok: QAT report and QDQ model")
+PYEOF
+expect_exit 0 "accuracy" -- "$PARE" eval "$work/mlp.qat.onnx" --data "$data"
+# --qat without a teacher trains on the labels; learned scales; a BatchNorm model (folded first).
+expect_exit 0 "cross entropy" -- "$PARE" quantize "$work/cnn.onnx" --calib "$data" --calib-samples 16 --qat \
+  --learn-scales --max-steps 2 --batch-size 16 --no-val --out "$work/cnn.qat.onnx"
+expect_exit 0 "accuracy" -- "$PARE" eval "$work/cnn.qat.onnx" --data "$data"
+
+# --dynamic: int8 weights, activation scales at run time; no calibration data.
+expect_exit 0 "2 layers dynamically quantized" -- "$PARE" quantize "$work/mlp.onnx" --dynamic --quiet \
+  --out "$work/mlp.dyn.onnx"
+"$PY" -c "
+import onnx, sys
+m = onnx.load('$work/mlp.dyn.onnx'); onnx.checker.check_model(m, full_check=True)
+ops = [n.op_type for n in m.graph.node]
+assert ops.count('DynamicQuantizeLinear') == 2 and ops.count('MatMulInteger') == 2 and 'Gemm' not in ops, ops
+" || fail "dynamic model content"
+expect_exit 0 "accuracy" -- "$PARE" eval "$work/mlp.dyn.onnx" --data "$data"
+
 # Bad input: exit 2, a message naming the problem, no output file.
 "$PY" -c "import numpy as np; np.save('$work/small.npy', np.zeros((8, 1, 20, 20), np.float32)); np.save('$work/ys.npy', np.zeros(8, np.int64))"
 expect_exit 2 "calib.*small.npy.*\[8, 1, 20, 20\].*model input" -- "$PARE" quantize "$work/cnn.onnx" \
@@ -53,4 +95,21 @@ expect_exit 2 "minmax, percentile, entropy or mse" -- "$PARE" quantize "$work/cn
 no_file "$work/o5.onnx"
 expect_exit 2 "calib" -- "$PARE" quantize "$work/cnn.onnx" --out "$work/o6.onnx"
 no_file "$work/o6.onnx"
+expect_exit 2 "--dynamic.*--qat|--qat.*--dynamic" -- "$PARE" quantize "$work/mlp.onnx" --calib "$data" --qat \
+  --dynamic --out "$work/o7.onnx"
+no_file "$work/o7.onnx"
+expect_exit 2 "--teacher.*requires --qat" -- "$PARE" quantize "$work/mlp.onnx" --calib "$data" \
+  --teacher "$work/cnn.onnx" --out "$work/o8.onnx"
+no_file "$work/o8.onnx"
+expect_exit 2 "weight bits must be in 2..8, got 9" -- "$PARE" quantize "$work/mlp.onnx" --calib "$data" \
+  --weight-bits 9 --qat --max-steps 1 --out "$work/o9.onnx"
+no_file "$work/o9.onnx"
+expect_exit 2 "nosuch.onnx" -- "$PARE" quantize "$work/mlp.onnx" --calib "$data" --qat \
+  --teacher "$work/nosuch.onnx" --max-steps 1 --out "$work/o10.onnx"
+no_file "$work/o10.onnx"
+expect_exit 2 "--dynamic.*no --calib" -- "$PARE" quantize "$work/mlp.onnx" --dynamic --calib "$data" \
+  --out "$work/o11.onnx"
+no_file "$work/o11.onnx"
+expect_exit 2 "already quantized" -- "$PARE" quantize "$work/mlp.dyn.onnx" --dynamic --out "$work/o12.onnx"
+no_file "$work/o12.onnx"
 finish

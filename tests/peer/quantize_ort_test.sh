@@ -4,7 +4,9 @@
 # kernels), and ORT agrees with pare's simulation of the same graph:
 #   - the last quantized activation (uint8 codes) differs by at most one quantization step;
 #   - the logits' argmax agrees on >= 99.9% of the Fashion-MNIST test images used;
-# and the weight-only int4 MLP (MatMulNBits) gives the same logits in both (float rounding).
+# and the weight-only int4 MLP (MatMulNBits) gives the same logits in both (float rounding); the
+# same checks for a QAT model (4-bit per-tensor weights, a few steps distilled from the cnn) and
+# the dynamically quantized MLP (DynamicQuantizeLinear + MatMulInteger, which ORT fuses).
 # Models: zoo cnn and mlp briefly trained on Fashion-MNIST (so logits have real margins).
 #
 # Env: PARE, PARE_SOURCE_DIR, PARE_BUILD_DIR as in ort_roundtrip_test.sh; PARE_QPEER_N test images
@@ -34,14 +36,19 @@ np.save(f"{d}/cy.npy", idx(root + "train-labels-idx1-ubyte.gz")[-256:].astype(np
 PYEOF
 
 failures=()
-for spec in "mlp:784-128-10" cnn; do
+for spec in "mlp:784-128-10" cnn qat; do
   steps=200
   [[ $spec == cnn ]] && steps=40
   fp32="$tmp/${spec%%:*}.onnx"
   q="$tmp/${spec%%:*}.int8.onnx"
-  "$PARE" train --model "$spec" --data fashion-mnist --epochs 1 --max-steps "$steps" --lr 2e-3 --seed 1 \
-    --no-val --quiet --out "$fp32"
-  "$PARE" quantize "$fp32" --calib "npy:$tmp/cx.npy,$tmp/cy.npy" --method entropy --quiet --out "$q" >/dev/null
+  if [[ $spec == qat ]]; then
+    "$PARE" quantize "$tmp/mlp.onnx" --calib "npy:$tmp/cx.npy,$tmp/cy.npy" --qat --teacher "$tmp/cnn.onnx" \
+      --data fashion-mnist --max-steps 30 --no-val --weight-bits 4 --per-tensor --quiet --out "$q" >/dev/null
+  else
+    "$PARE" train --model "$spec" --data fashion-mnist --epochs 1 --max-steps "$steps" --lr 2e-3 --seed 1 \
+      --no-val --quiet --out "$fp32"
+    "$PARE" quantize "$fp32" --calib "npy:$tmp/cx.npy,$tmp/cy.npy" --method entropy --quiet --out "$q" >/dev/null
+  fi
   if ! "$PY" "$here/peer_util.py" check-onnx "$q"; then
     failures+=("$spec onnx.checker"); continue
   fi
@@ -76,6 +83,22 @@ else
   "$PARE" run "$q4" --input "$tmp/x.npy" --output "$tmp/pare4.npy"
   "$PY" "$here/peer_util.py" compare "$tmp/pare4.npy" "$tmp/ort4.npy" --atol 1e-4 --scale-floor 1 \
     --label "mlp int4 weight-only (pare vs onnxruntime)" || failures+=("int4 values")
+fi
+
+# Dynamic quantization: ORT computes the activation scale of each batch the same way and the
+# integer MatMul is exact, so the logits agree to float rounding.
+qd="$tmp/mlp.dyn.onnx"
+"$PARE" quantize "$tmp/mlp.onnx" --dynamic --quiet --out "$qd" >/dev/null
+rc=0
+"$PY" "$here/peer_util.py" check-onnx "$qd" || failures+=("dynamic onnx.checker")
+node "$here/ort_run.js" "$qd" --input "$tmp/x.npy" --output "$tmp/ortd.npy" 2>"$tmp/err.txt" || rc=$?
+if ((rc != 0)); then
+  echo "FAIL dynamic: onnxruntime cannot run pare's dynamic model (exit $rc):"; head -c 2000 "$tmp/err.txt"; echo
+  failures+=("dynamic ort")
+else
+  "$PARE" run "$qd" --input "$tmp/x.npy" --output "$tmp/pared.npy"
+  "$PY" "$here/peer_util.py" compare "$tmp/pared.npy" "$tmp/ortd.npy" --atol 1e-4 --scale-floor 1 \
+    --label "mlp dynamic int8 (pare vs onnxruntime)" || failures+=("dynamic values")
 fi
 
 if ((${#failures[@]})); then

@@ -22,30 +22,7 @@ using core::Dim;
 using core::Graph;
 using testing::run_eval;
 
-Graph tiny_cnn() {
-  at::manual_seed(7);
-  Graph g;
-  g.name = "tiny";
-  g.inputs.push_back({"x", at::kFloat, {Dim::sym("N"), 1, 6, 6}});
-  g.initializers["w1"] = at::randn({4, 1, 3, 3}) * 0.5;
-  g.initializers["b1"] = at::randn({4}) * 0.1;
-  g.initializers["bn_s"] = at::rand({4}) + 0.5;
-  g.initializers["bn_b"] = at::randn({4}) * 0.1;
-  g.initializers["bn_m"] = at::randn({4}) * 0.1;
-  g.initializers["bn_v"] = at::rand({4}) + 0.5;
-  g.initializers["w2"] = at::randn({3, 16}) * 0.3;
-  g.initializers["b2"] = at::randn({3}) * 0.1;
-  g.add_node("Conv", {"x", "w1", "b1"}, {"c1"}, {{"pads", std::vector<int64_t>{1, 1, 1, 1}}}, "conv1");
-  g.add_node("BatchNormalization", {"c1", "bn_s", "bn_b", "bn_m", "bn_v"}, {"n1"}, {}, "bn1");
-  g.add_node("Relu", {"n1"}, {"r1"}, {}, "relu1");
-  g.add_node("MaxPool", {"r1"}, {"p1"},
-             {{"kernel_shape", std::vector<int64_t>{3, 3}}, {"strides", std::vector<int64_t>{3, 3}}}, "pool1");
-  g.add_node("Flatten", {"p1"}, {"f1"}, {}, "flat");
-  g.add_node("Gemm", {"f1", "w2", "b2"}, {"y"}, {{"transB", int64_t{1}}}, "fc");
-  g.outputs.push_back({"y", at::kFloat, {Dim::sym("N"), 3}});
-  g.verify();
-  return g;
-}
+Graph tiny_cnn() { return testing::conv_bn_net(7); }
 
 at::Tensor calib() {
   at::manual_seed(11);
