@@ -2,7 +2,8 @@
 """Data-parallel KD throughput: 2 processes vs 1, pare vs PyTorch DDP, on this machine.
 
     /usr/bin/python3 bench/kd_ddp.py [--pare PATH] [--batch 128] [--steps 200] [--warmup 20]
-        [--nproc 2] [--teacher FILE.onnx] [--student mlp:784-300-100-10] [--json FILE]
+        [--nproc 2] [--teacher FILE.onnx] [--student mlp:784-300-100-10] [--teacher-parallel tp,pp]
+        [--json FILE]
 
 The KD step is kd_step.py's (teacher cnn forward, student forward/backward, T=4 alpha=0.9, Adam)
 with global batch --batch. Measured side by side in one run:
@@ -13,6 +14,8 @@ with global batch --batch. Measured side by side in one run:
   - PyTorch, 1 process with NPROC threads (kd_step.py's torch loop), and NPROC processes under
     PyTorch's torchrun with DistributedDataParallel over Gloo, 1 thread each, each rank taking its
     slice of every global batch (what pare's sampler does).
+  - with --teacher-parallel: pare's NPROC processes again with the teacher sharded over them
+    (tensor parallel, pipeline); PyTorch has no C++-free equivalent to race, so pare only.
 It prints samples/s, the 2-process/1-process scaling of each, and pare/PyTorch ratios.
 """
 import argparse
@@ -85,6 +88,7 @@ def main():
     ap.add_argument("--nproc", type=int, default=2)
     ap.add_argument("--teacher", default="")
     ap.add_argument("--student", default="mlp:784-300-100-10")
+    ap.add_argument("--teacher-parallel", default="", help="also measure these sharded teachers (tp,pp)")
     ap.add_argument("--json", default="")
     ap.add_argument("--torch-ddp-worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
@@ -106,6 +110,9 @@ def main():
         r["pare_1p"] = kd_step.measure_pare_kd(args, args.batch, tmp, threads=n)["steady_samples_per_s"]
         launcher = [args.pare, "launch", "--nproc-per-node", str(n), "--no-prefix", "--"]
         r["pare_np"] = kd_step.measure_pare_kd(args, args.batch, tmp, launcher, threads=1)["steady_samples_per_s"]
+        for mode in filter(None, args.teacher_parallel.split(",")):
+            r["pare_np_" + mode] = kd_step.measure_pare_kd(args, args.batch, tmp, launcher, threads=1,
+                                                           extra=["--teacher-parallel", mode])["steady_samples_per_s"]
         r["torch_1p"] = kd_step.measure_torch(args, args.batch, tuned=False)["kd"]
         out = os.path.join(tmp, "torch_ddp.json")
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(n), "--redirects=1",
@@ -121,7 +128,8 @@ def main():
     print_table(("processes", "pare", "PyTorch", "pare/PyTorch"),
                 [("1 (x%d threads)" % n, f"{r['pare_1p']:.0f}", f"{r['torch_1p']:.0f}", f"{r['pare_1p'] / r['torch_1p']:.2f}x"),
                  (f"{n} (x1 thread, Gloo)", f"{r['pare_np']:.0f}", f"{r['torch_np']:.0f}", f"{r['pare_np'] / r['torch_np']:.2f}x"),
-                 (f"scaling {n}p/1p", f"{r['pare_np'] / r['pare_1p']:.2f}x", f"{r['torch_np'] / r['torch_1p']:.2f}x", "")])
+                 (f"scaling {n}p/1p", f"{r['pare_np'] / r['pare_1p']:.2f}x", f"{r['torch_np'] / r['torch_1p']:.2f}x", "")] +
+                [(f"{n}, teacher {k[8:]} over the ranks", f"{r[k]:.0f}", "-", "") for k in r if k.startswith("pare_np_")])
     if args.json:
         with open(args.json, "w") as f:
             json.dump(r, f, indent=1)

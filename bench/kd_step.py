@@ -213,9 +213,9 @@ def check_teacher(args, tmp):
     return diff
 
 
-def measure_pare_kd(args, batch, tmp, launcher=(), threads=None):
+def measure_pare_kd(args, batch, tmp, launcher=(), threads=None, extra=()):
     """Steady-state samples/s of `pare distill`; `launcher` (e.g. pare launch ... --) runs it on
-    several ranks, `threads` overrides args.threads per process."""
+    several ranks, `threads` overrides args.threads per process, `extra` are more distill flags."""
     threads = args.threads if threads is None else threads
 
     def distill(steps):
@@ -227,7 +227,7 @@ def measure_pare_kd(args, batch, tmp, launcher=(), threads=None):
                   "--epochs", "100", "--batch-size", str(batch), "--lr", str(LR), "--optimizer", "adam",
                   "--seed", "0", "--max-steps", str(steps), "--no-val", "--quiet", "--json",
                   "--threads", str(threads), "--metrics", metrics,
-                  "--out", os.path.join(tmp, "student.onnx")], who=WHO)
+                  "--out", os.path.join(tmp, "student.onnx")] + list(extra), who=WHO)
         with open(metrics) as f:
             lines = [json.loads(l) for l in f if l.strip()]
         return {"seconds": sum(l["seconds"] for l in lines), "steps": lines[-1]["steps"],

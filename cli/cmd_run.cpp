@@ -7,6 +7,7 @@
 #include "core/module.h"
 #include "core/onnx_io.h"
 #include "core/tensor_io.h"
+#include "dist/shard.h"
 
 namespace pare::cli {
 
@@ -24,6 +25,7 @@ void add_run(CLI::App& app, Action& action) {
   struct Opts {
     std::string model;
     std::vector<std::string> inputs, outputs;
+    std::string parallel = "none";
     int threads = 0;
   };
   auto o = std::make_shared<Opts>();
@@ -34,6 +36,10 @@ void add_run(CLI::App& app, Action& action) {
                   "[NAME=]FILE.npy: where to write outputs (the first graph output when NAME is left out)")
       ->required();
   cmd->add_option("--threads", o->threads, "Intra-op threads (0: libtorch's default)");
+  cmd->add_option("--parallel", o->parallel,
+                  "Under pare launch or torchrun: run the model sharded over the ranks, tensor (tp) or "
+                  "pipeline (pp) parallel, each rank on its own --input; rank 0 writes the first output")
+      ->capture_default_str();
   cmd->callback([&action, o] {
     action = [o] {
       set_threads(o->threads);
@@ -69,6 +75,21 @@ void add_run(CLI::App& app, Action& action) {
       for (auto& spec : o->outputs) {
         auto [name, path] = split_binding(spec);
         outs.emplace_back(name.empty() ? g.outputs.at(0).name : name, path);
+      }
+      const auto mode = dist::parse_teacher_parallel(o->parallel, "--parallel");
+      if (mode != dist::TeacherParallel::kNone) {
+        PARE_CHECK(mode != dist::TeacherParallel::kAuto, "--parallel takes tp or pp");
+        PARE_CHECK(outs.size() == 1 && outs[0].first == g.outputs.at(0).name,
+                   "--parallel ", o->parallel, " writes the model's first output only");
+        const dist::World world = dist::World::from_env();
+        PARE_CHECK(world.distributed(), "--parallel ", o->parallel, " needs more than one process: start it "
+                   "with pare launch --nproc-per-node N -- pare run ...");
+        dist::ShardedModel sm(g, mode, dist::ProcessGroup::connect(world));
+        at::Tensor y = sm.forward(feeds.at(0));
+        if (world.rank != 0) return;
+        std::cerr << sm.report().to_text();
+        core::save_npy(y, outs[0].second);
+        return;
       }
       std::vector<std::string> extra;
       for (auto& [name, path] : outs) extra.push_back(name);

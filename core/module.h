@@ -45,6 +45,8 @@ class Module {
 
   /// Moves parameters, buffers and constants to `device`.
   void to(const at::Device& device);
+  /// Runs the graph's AllReduce / AllGather nodes (a tensor-parallel shard, dist/shard.h).
+  void set_collective(CollectiveFn fn) { ctx_.collective = std::move(fn); }
   /// Lays out 4-D weights and 4-D inputs in `fmt` (ChannelsLast makes libtorch's CPU convolution
   /// and pooling kernels much faster for inference). Same values, possibly other rounding in the
   /// last bits. Call it before handing parameters() to an optimizer.

@@ -26,9 +26,14 @@
 
 namespace pare::core {
 
+/// A collective across the ranks that run shards of one graph (dist/shard.h): the forward of the
+/// com.microsoft AllReduce / AllGather nodes a tensor-parallel shard holds.
+using CollectiveFn = std::function<at::Tensor(const Node&, const at::Tensor&)>;
+
 /// What a forward needs besides its inputs.
 struct RunContext {
   bool training = false;  ///< BatchNorm uses batch statistics and updates running ones; Dropout drops
+  CollectiveFn collective;  ///< empty outside a sharded run
 };
 
 /// An attribute an op accepts. verify() rejects attributes that are not declared.

@@ -191,6 +191,21 @@ void register_tensor_ops(OpRegistry& reg) {
     };
     reg.add(std::move(d));
   }
+  // The collectives of a tensor-parallel shard (com.microsoft, as ONNX Runtime's distributed
+  // contrib ops): run through the RunContext's collective, which dist/ sets.
+  for (const char* name : {"AllReduce", "AllGather"}) {
+    OpDef d = make(name, 1, 1,
+                   std::string(name) == "AllReduce"
+                       ? "com.microsoft: the sum of the input over the ranks of a tensor-parallel group"
+                       : "com.microsoft: the ranks' inputs joined along `axis` in rank order");
+    d.attrs = {spec_int("group_size"), spec_int("axis")};
+    d.forward = [](const Node& n, const Tensors& in, const RunContext& ctx) -> Tensors {
+      PARE_CHECK(ctx.collective, n.describe(), " needs the other ranks of its group: run the sharded model "
+                 "under pare launch (or torchrun) with --teacher-parallel tp");
+      return {ctx.collective(n, in.at(0))};
+    };
+    reg.add(std::move(d));
+  }
   {
     OpDef d = make("Concat", 1, -1, "joins the inputs along `axis`");
     d.attrs = {{"axis", AttrKind::kInt, true}};

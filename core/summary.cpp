@@ -8,6 +8,24 @@
 
 namespace pare::core {
 
+std::vector<int64_t> node_flops(const Graph& g, const std::map<std::string, std::vector<int64_t>>& shapes) {
+  const auto& reg = OpRegistry::global();
+  auto sizes_of = [&](const std::vector<std::string>& names) {
+    std::vector<std::vector<int64_t>> r;
+    for (auto& v : names) {
+      auto it = v.empty() ? shapes.end() : shapes.find(v);
+      r.push_back(it == shapes.end() ? std::vector<int64_t>{} : it->second);
+    }
+    return r;
+  };
+  std::vector<int64_t> r;
+  for (auto& n : g.nodes) {
+    const OpDef& op = reg.get(n.op_type);
+    r.push_back(op.flops ? op.flops(n, sizes_of(n.inputs), sizes_of(n.outputs)) : 0);
+  }
+  return r;
+}
+
 ModelSummary summarize(const Graph& g) {
   ModelSummary s;
   s.inputs = g.inputs;
@@ -18,14 +36,13 @@ ModelSummary summarize(const Graph& g) {
   s.nodes = static_cast<int64_t>(g.nodes.size());
   s.metadata = g.metadata;
   auto shapes = probe_shapes(g, 1);
+  const auto flops_of = node_flops(g, shapes);
   const auto& reg = OpRegistry::global();
-  for (auto& n : g.nodes) {
+  for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
+    const Node& n = g.nodes[ni];
     s.op_histogram[n.op_type]++;
     const OpDef& op = reg.get(n.op_type);
-    std::vector<std::vector<int64_t>> in, out;
-    for (auto& v : n.inputs) in.push_back(v.empty() || !shapes.count(v) ? std::vector<int64_t>{} : shapes[v]);
-    for (auto& v : n.outputs) out.push_back(v.empty() || !shapes.count(v) ? std::vector<int64_t>{} : shapes[v]);
-    int64_t flops = op.flops ? op.flops(n, in, out) : 0;
+    const int64_t flops = flops_of[ni];
     s.flops_per_sample += flops;
     LayerSummary layer;
     for (int i : op.weight_inputs) {
@@ -46,7 +63,7 @@ ModelSummary summarize(const Graph& g) {
     layer.name = n.name;
     layer.op = n.op_type;
     layer.flops = flops;
-    if (!out.empty()) layer.output_shape = out[0];
+    if (!n.outputs.empty() && shapes.count(n.outputs[0])) layer.output_shape = shapes.at(n.outputs[0]);
     s.layers.push_back(layer);
   }
   return s;

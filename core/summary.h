@@ -32,6 +32,9 @@ struct ModelSummary {
   double sparsity() const { return weight_elements ? double(weight_zeros) / weight_elements : 0; }
 };
 
+/// FLOPs of each node of `g` (in node order) with the value sizes of a probe (probe_shapes).
+std::vector<int64_t> node_flops(const Graph& g, const std::map<std::string, std::vector<int64_t>>& shapes);
+
 /// Summarises `g`; FLOPs and output shapes come from a probe run at batch 1.
 ModelSummary summarize(const Graph& g);
 nlohmann::json to_json(const ModelSummary& s);

@@ -45,19 +45,35 @@ class GlooGroup : public ProcessGroup {
       c10::intrusive_ptr<c10d::Store> store = c10::make_intrusive<c10d::TCPStore>(w.master_addr, so);
       if (w.use_agent_store)
         store = c10::make_intrusive<c10d::PrefixStore>("/worker/attempt_" + std::to_string(w.restart_count), store);
-      store = c10::make_intrusive<c10d::PrefixStore>("pare_pg", store);
-      auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
+      store_ = store;
+      opts_ = c10d::ProcessGroupGloo::Options::create(timeout);
       if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname)
-        opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
+        opts_->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
       else if (w.local_world_size == w.world_size)
-        opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+        opts_->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
       else
-        opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
-      pg_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store, w.rank, w.world_size, opts);
+        opts_->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+      pg_ = c10::make_intrusive<c10d::ProcessGroupGloo>(
+          c10::make_intrusive<c10d::PrefixStore>("pare_pg", store_), w.rank, w.world_size, opts_);
     } catch (const c10::Error& e) {
       throw Error("rank " + std::to_string(w.rank) + " of " + std::to_string(w.world_size) +
                   " could not join the process group at " + where + ": " + e.what_without_backtrace());
     }
+  }
+
+  GlooGroup(const GlooGroup& parent, const std::string& name)
+      : rank_(parent.rank_), size_(parent.size_), store_(parent.store_), opts_(parent.opts_) {
+    try {
+      pg_ = c10::make_intrusive<c10d::ProcessGroupGloo>(
+          c10::make_intrusive<c10d::PrefixStore>("pare_pg_" + name, store_), rank_, size_, opts_);
+    } catch (const c10::Error& e) {
+      throw Error("rank " + std::to_string(rank_) + " could not create process group '" + name +
+                  "': " + e.what_without_backtrace());
+    }
+  }
+
+  std::shared_ptr<ProcessGroup> new_group(const std::string& name) override {
+    return std::make_shared<GlooGroup>(*this, name);
   }
 
   int rank() const override { return rank_; }
@@ -100,8 +116,22 @@ class GlooGroup : public ProcessGroup {
 
   void barrier() override { pg_->barrier()->wait(); }
 
+  void send(const at::Tensor& t, int dst, int tag) override {
+    PARE_ASSERT(t.is_contiguous(), "send needs a contiguous tensor");
+    std::vector<at::Tensor> ts = {t};
+    pending_.push_back(pg_->send(ts, dst, tag));
+  }
+
+  void recv(at::Tensor& t, int src, int tag) override {
+    PARE_ASSERT(t.is_contiguous(), "recv needs a contiguous tensor");
+    std::vector<at::Tensor> ts = {t};
+    pg_->recv(ts, src, tag)->wait();
+  }
+
  private:
   int rank_, size_;
+  c10::intrusive_ptr<c10d::Store> store_;
+  c10::intrusive_ptr<c10d::ProcessGroupGloo::Options> opts_;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
   std::vector<c10::intrusive_ptr<c10d::Work>> pending_;
 };

@@ -60,7 +60,13 @@ class ProcessGroup {
   /// Several tensors reduced with one flattened buffer per call; `async` lets the caller start
   /// several buckets before waiting (wait() waits for all of them).
   virtual void all_reduce_async(at::Tensor& flat) = 0;
+  /// Waits for every all_reduce_async and send started so far.
   virtual void wait() = 0;
+  /// Point to point: starts sending contiguous `t` to rank `dst` (returns at once; `t` must stay
+  /// alive and unchanged until wait()). Messages between two ranks with one tag arrive in order.
+  virtual void send(const at::Tensor& t, int dst, int tag) = 0;
+  /// Blocks until a message from `src` with `tag` has filled contiguous `t` (same size as sent).
+  virtual void recv(at::Tensor& t, int src, int tag) = 0;
   /// In place: `t` takes root's value.
   virtual void broadcast(at::Tensor& t, int root = 0) = 0;
   /// Every rank's `t` (same shape everywhere), in rank order.
@@ -68,6 +74,9 @@ class ProcessGroup {
   /// The reduction of `t` over ranks, split along dim 0 into size() equal parts: this rank's part.
   at::Tensor reduce_scatter(const at::Tensor& t, Reduce op = Reduce::kSum);
   virtual void barrier() = 0;
+  /// Another group over the same ranks and store, named `name` (collective: every rank calls it
+  /// with the same name), so that its traffic never interleaves with this group's.
+  virtual std::shared_ptr<ProcessGroup> new_group(const std::string& name) = 0;
 };
 
 }  // namespace pare::dist

@@ -180,6 +180,48 @@ std::string GraphTeacher::describe() const { return "graph teacher '" + name_ + 
 void GraphTeacher::to(const at::Device& d) { module_.to(d); }
 
 // ---------------------------------------------------------------------------------------------
+// ShardedTeacher
+
+ShardedTeacher::ShardedTeacher(const core::Graph& g, std::string name, dist::TeacherParallel mode,
+                               std::shared_ptr<dist::ProcessGroup> pg)
+    : name_(std::move(name)) {
+  PARE_CHECK(g.inputs.size() == 1 && !g.outputs.empty(), "teacher '", name_,
+             "' must have exactly one input and an output to be sharded");
+  input_dtype_ = g.inputs[0].dtype;
+  const auto shapes = core::probe_shapes(g, 1);
+  const auto& out = shapes.at(g.outputs[0].name);
+  PARE_CHECK(out.size() == 2, "teacher '", name_, "' yields logits of shape ", c10::IntArrayRef(out), " at batch 1; a sharded "
+             "teacher must yield [N, classes]");
+  classes_ = out[1];
+  model_ = std::make_unique<dist::ShardedModel>(g, mode, std::move(pg));
+}
+
+ShardedTeacher::~ShardedTeacher() = default;
+
+std::unordered_map<std::string, at::Tensor> ShardedTeacher::forward(const at::Tensor& x,
+                                                                    const std::vector<std::string>& values) {
+  for (const auto& v : values)
+    PARE_CHECK(v == "logits", describe(), " provides logits only, not '", v, "' (hint and attention "
+               "losses need a whole teacher)");
+  at::Tensor in = x.device().is_cpu() ? x : x.cpu();
+  if (at::isFloatingType(in.scalar_type()) && at::isFloatingType(input_dtype_) && in.scalar_type() != input_dtype_)
+    in = in.to(input_dtype_);
+  return {{"logits", model_->forward(in).to(x.device())}};
+}
+
+int64_t ShardedTeacher::num_classes(const at::Tensor&) { return classes_; }
+
+std::string ShardedTeacher::describe() const {
+  const auto& r = model_->report();
+  return std::string(r.mode == "tp" ? "tensor-parallel" : "pipeline") + " graph teacher '" + name_ + "' (" +
+         std::to_string(r.ranks) + " ranks)";
+}
+
+void ShardedTeacher::to(const at::Device& d) {
+  PARE_CHECK(d.is_cpu(), describe(), " runs on the CPU; it cannot move to ", d.str());
+}
+
+// ---------------------------------------------------------------------------------------------
 // TorchScriptTeacher
 
 struct TorchScriptTeacher::Impl {

@@ -25,6 +25,7 @@
 #include "core/data.h"
 #include "core/graph.h"
 #include "core/module.h"
+#include "dist/shard.h"
 
 namespace pare::distill {
 
@@ -92,6 +93,35 @@ class GraphTeacher : public Teacher {
  private:
   core::Module module_;
   std::string name_;
+};
+
+/// A graph teacher sharded over the ranks of a process group (dist::ShardedModel): tensor parallel
+/// or pipeline. It yields logits only, and its forward is collective: every rank calls it with its
+/// own batch, the same number of times in the same order. Floating batches are cast to the input's
+/// dtype as in GraphTeacher. Runs on the CPU.
+class ShardedTeacher : public Teacher {
+ public:
+  /// Throws InputError for a graph without exactly one input or without outputs.
+  ShardedTeacher(const core::Graph& g, std::string name, dist::TeacherParallel mode,
+                 std::shared_ptr<dist::ProcessGroup> pg);
+  ~ShardedTeacher() override;
+
+  std::unordered_map<std::string, at::Tensor> forward(const at::Tensor& x,
+                                                      const std::vector<std::string>& values) override;
+  bool has_value(const std::string& name) const override { return name == "logits"; }
+  /// From the graph's shapes, without a (collective) forward.
+  int64_t num_classes(const at::Tensor& example) override;
+  std::string describe() const override;
+  /// Throws InputError for a device other than the CPU.
+  void to(const at::Device& d) override;
+
+  const dist::ShardReport& report() const { return model_->report(); }
+
+ private:
+  std::unique_ptr<dist::ShardedModel> model_;
+  std::string name_;
+  at::ScalarType input_dtype_;
+  int64_t classes_ = 0;
 };
 
 /// A TorchScript module (torch::jit::load) used as a black box yielding logits: the output itself

@@ -400,7 +400,7 @@ void register_prune_facets(core::OpRegistry& reg) {
   // Marked unsupported: the dims these touch keep their size. An op in none of these lists has
   // no facet, and the analysis of a graph that uses it fails naming the op.
   channels({"Gather", "GatherElements", "Slice", "Constant", "ConstantOfShape", "Expand", "Split",
-            "Range", "Tile", "Pad"},
+            "Range", "Tile", "Pad", "AllReduce", "AllGather"},
            block_all, false);
   for (const char* q : {"QuantizeLinear", "DequantizeLinear", "MatMulNBits", "FakeQuantize",
                         "DynamicQuantizeLinear", "MatMulInteger"})  // core/ops_quant.cpp

@@ -40,6 +40,30 @@ expect_resume_identical() {
   cmp -s "$ref" "$run" && echo "ok: $name resumed identical" || fail "$name: the resumed run differs"
 }
 
+# compare_runs A.jsonl B.jsonl A.onnx B.onnx LABEL: the 3 epochs' metrics and the final logits (on
+# $work/x.npy) agree within float tolerance.
+compare_runs() {
+  "$PY" - "$@" "$work/x.npy" <<'PYEOF' && echo "ok: $5" || fail "$5"
+import json, subprocess, sys, os
+import numpy as np
+a, b, ma, mb, label, x = sys.argv[1:7]
+ra = [json.loads(l) for l in open(a)]; rb = [json.loads(l) for l in open(b)]
+assert len(ra) == len(rb) == 3, (len(ra), len(rb))
+for ea, eb in zip(ra, rb):
+    for k in ("train_loss", "train_accuracy", "val_loss", "val_accuracy", "samples", "steps"):
+        if k in ea:
+            assert abs(ea[k] - eb[k]) <= 1e-5 * max(1, abs(ea[k])), (label, ea["epoch"], k, ea[k], eb[k])
+outs = []
+for m in (ma, mb):
+    o = m + ".out.npy"
+    subprocess.run([os.environ["PARE"], "run", m, "--input", x, "--output", o], check=True)
+    outs.append(np.load(o))
+d = float(np.abs(outs[0] - outs[1]).max())
+assert d <= 1e-4, (label, "max logit diff", d)
+print(f"{label}: losses {[round(e['train_loss'], 6) for e in ra]} vs {[round(e['train_loss'], 6) for e in rb]}, max logit diff {d:.2g}")
+PYEOF
+}
+
 finish() {
   if [ "$fails" -ne 0 ]; then echo "$fails check(s) failed"; exit 1; fi
   echo "all checks passed"

@@ -1,0 +1,187 @@
+// Tests for dist/shard.h: tensor-parallel and pipeline teachers give the whole model's outputs.
+// The ranks are threads of this process, each with a real Gloo group over a TCPStore on a free port.
+#include "dist/shard.h"
+
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <exception>
+#include <functional>
+#include <thread>
+
+#include "core/module.h"
+#include "core/onnx_io.h"
+#include "tests/test_util.h"
+
+using namespace pare;
+using pare::testing::expect_input_error;
+
+namespace {
+
+int free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+// Runs fn(rank, group) on `ranks` threads joined in one process group; rethrows a rank's failure.
+void on_ranks(int ranks, const std::function<void(int, std::shared_ptr<dist::ProcessGroup>)>& fn) {
+  const int port = free_port();
+  std::vector<std::exception_ptr> errors(ranks);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ranks; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        dist::World w;
+        w.rank = r;
+        w.world_size = w.local_world_size = ranks;
+        w.master_port = port;
+        fn(r, dist::ProcessGroup::connect(w, std::chrono::seconds(60)));
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+at::Tensor whole_output(const core::Graph& g, const at::Tensor& x) {
+  core::Module m(g);
+  m.eval();
+  at::NoGradGuard no_grad;
+  return m.forward({x})[0];
+}
+
+// Each rank feeds its own rows (rank r: 2 + r rows); its outputs must equal the whole model's on them.
+void expect_sharded_equals_whole(const core::Graph& g, const at::Tensor& x, dist::TeacherParallel mode,
+                                 int ranks, double tol, double max_share) {
+  const at::Tensor want = whole_output(g, x);
+  on_ranks(ranks, [&](int r, std::shared_ptr<dist::ProcessGroup> pg) {
+    dist::ShardedModel sm(g, mode, pg->new_group("teacher"));
+    int64_t first = 0;
+    for (int q = 0; q < r; ++q) first += 2 + q;
+    for (int repeat = 0; repeat < 2; ++repeat) {  // the collectives line up call after call
+      at::Tensor got = sm.forward(x.narrow(0, first, 2 + r));
+      ASSERT_EQ(got.sizes(), want.narrow(0, first, 2 + r).sizes());
+      const double diff = (got - want.narrow(0, first, 2 + r)).abs().max().item<double>();
+      EXPECT_LE(diff, tol) << g.name << " " << dist::teacher_parallel_name(mode) << " rank " << r;
+    }
+    const auto& rep = sm.report();
+    ASSERT_EQ(rep.rank_params.size(), static_cast<size_t>(ranks));
+    EXPECT_EQ(rep.rank_params[r], sm.shard().parameter_count());
+    for (auto p : rep.rank_params)
+      EXPECT_LE(static_cast<double>(p), max_share * rep.params) << g.name << "\n" << rep.to_text();
+  });
+}
+
+at::Tensor images(int64_t n, int64_t c = 1, int64_t hw = 28) {
+  at::manual_seed(3);
+  return at::rand({n, c, hw, hw});
+}
+
+const char* kTransformer = "transformer:vocab=50,d=32,heads=4,layers=2,classes=10,seq=8";
+
+}  // namespace
+
+TEST(TensorParallel, CnnMatchesTheWholeModelWithAboutHalfTheWeightsPerRank) {
+  expect_sharded_equals_whole(core::load_model("cnn", 1), images(5), dist::TeacherParallel::kTensor, 2, 1e-5, 0.52);
+}
+
+TEST(TensorParallel, ResNetAndTransformerMatchTheWholeModel) {
+  expect_sharded_equals_whole(core::load_model("resnet:1", 1), images(5), dist::TeacherParallel::kTensor, 2, 1e-5, 0.55);
+  at::manual_seed(4);
+  expect_sharded_equals_whole(core::load_model(kTransformer, 1), at::randint(0, 50, {5, 8}, at::kLong),
+                              dist::TeacherParallel::kTensor, 2, 1e-5, 0.55);
+}
+
+TEST(TensorParallel, SplitsAttentionByHeadsAndEachMlpOnceWithOneAllReducePerBlock) {
+  dist::Shard s = dist::shard_tensor_parallel(core::load_model(kTransformer, 1), 1, 2);
+  int reduces = 0, gathers = 0;
+  for (auto& n : s.graph.nodes) {
+    reduces += n.op_type == "AllReduce";
+    gathers += n.op_type == "AllGather";
+  }
+  // Per layer: attention out-projection and FFN fc2 (Megatron); the classifier's columns at the end.
+  EXPECT_EQ(reduces, 4);
+  EXPECT_EQ(gathers, 1);
+  // Only the embeddings stay whole, by design.
+  ASSERT_EQ(s.report.replicated.size(), 2u) << s.report.to_text();
+  EXPECT_NE(s.report.replicated[0].find("'embed'"), std::string::npos);
+  EXPECT_NE(s.report.replicated[1].find("'pos_embed'"), std::string::npos);
+  // The head split: rank 1's q projection holds columns 16..31 of the whole one.
+  core::Graph whole = core::load_model(kTransformer, 1);
+  const at::Tensor& wq = whole.initializers.at("layer0.attn.q.weight");
+  bool found = false;
+  for (auto& [k, t] : s.graph.initializers)
+    if (k.rfind("layer0.attn.q.weight", 0) == 0) {
+      found = true;
+      EXPECT_TRUE(t.equal(wq.narrow(1, 16, 16))) << k;
+    }
+  EXPECT_TRUE(found);
+}
+
+TEST(TensorParallel, AShardRunWithoutItsGroupSaysHowToRunIt) {
+  dist::Shard s = dist::shard_tensor_parallel(core::load_model("cnn", 1), 0, 2);
+  core::Module m(s.graph);
+  m.eval();
+  expect_input_error([&] { m.forward({images(1)}); }, {"AllReduce", "pare launch"});
+}
+
+// The same ops on the same rows; only the batch size differs from the whole run (2..4 rows
+// against 9), which may change a kernel's blocking in the last bits.
+TEST(Pipeline, StagesGiveTheWholeModelsOutputs) {
+  // The cnn's first Gemm holds 71% of its weights: a stage boundary cannot split it.
+  expect_sharded_equals_whole(core::load_model("cnn", 1), images(5), dist::TeacherParallel::kPipeline, 2, 1e-6, 0.95);
+  expect_sharded_equals_whole(core::load_model("resnet:1", 1), images(9), dist::TeacherParallel::kPipeline, 3, 1e-6, 0.7);
+  at::manual_seed(4);
+  expect_sharded_equals_whole(core::load_model(kTransformer, 1), at::randint(0, 50, {9, 8}, at::kLong),
+                              dist::TeacherParallel::kPipeline, 3, 1e-6, 0.7);
+}
+
+TEST(Pipeline, StagesSplitTheWeightsAndCrossWithTheResidualStream) {
+  core::Graph g = core::load_model(kTransformer, 1);
+  int64_t params = 0;
+  for (int r = 0; r < 2; ++r) {
+    dist::Shard s = dist::pipeline_stage(g, r, 2);
+    params += s.graph.parameter_count();
+    EXPECT_EQ(s.report.rank_params[r], s.graph.parameter_count());
+    if (r == 0) {
+      ASSERT_EQ(s.report.boundary_bytes.size(), 1u);
+      EXPECT_GT(s.report.boundary_bytes[0], 0);
+      EXPECT_EQ(s.graph.inputs.at(0).name, "input");
+    } else {
+      EXPECT_EQ(s.graph.outputs.at(0).name, "logits");
+    }
+  }
+  // Every weight is held once (only the scalar constants are shared).
+  EXPECT_LE(params, g.parameter_count() + 8);
+  EXPECT_GE(params, g.parameter_count());
+  expect_input_error([&] { dist::pipeline_stage(core::load_model("mlp:4-3", 1), 0, 8); }, {"too few", "8 pipeline stages"});
+}
+
+TEST(TeacherParallel, AutoSaysWhyItPicksNoneTensorOrPipeline) {
+  core::Graph g = core::load_model("cnn", 1);
+  dist::World one;
+  EXPECT_EQ(dist::choose_teacher_parallel(g, one, 1).mode, dist::TeacherParallel::kNone);
+  dist::World two;
+  two.world_size = two.local_world_size = 2;
+  auto fits = dist::choose_teacher_parallel(g, two, int64_t{1} << 40);
+  EXPECT_EQ(fits.mode, dist::TeacherParallel::kNone);
+  EXPECT_NE(fits.why.find("fit"), std::string::npos) << fits.why;
+  auto tp = dist::choose_teacher_parallel(g, two, 1000);
+  EXPECT_EQ(tp.mode, dist::TeacherParallel::kTensor) << tp.why;
+  two.local_world_size = 1;  // two nodes
+  auto pp = dist::choose_teacher_parallel(g, two, 1000);
+  EXPECT_EQ(pp.mode, dist::TeacherParallel::kPipeline) << pp.why;
+  EXPECT_NE(pp.why.find("2 nodes"), std::string::npos) << pp.why;
+  expect_input_error([] { dist::parse_teacher_parallel("fsdp"); }, {"--teacher-parallel", "none, tp, pp or auto", "fsdp"});
+}
