@@ -1,9 +1,6 @@
 // pare distill --teacher T [--teacher T2 --teacher-weights 0.7,0.3] --student S --data D [loss and
 // training options] --out student.onnx
-#include <unistd.h>
-
 #include <cstdio>
-#include <cstring>
 #include <iostream>
 #include <sstream>
 
@@ -16,45 +13,10 @@
 #include "distill/distiller.h"
 #include "distill/student.h"
 #include "distill/teacher_cache.h"
-#include "dist/shard.h"
 
 namespace pare::cli {
 
 namespace {
-// The teacher, sharded over the ranks when --teacher-parallel asks for it (auto says why it chose).
-std::unique_ptr<distill::Teacher> make_teacher(const std::vector<std::string>& specs, const std::vector<double>& weights,
-                                               const std::string& parallel, double memory_mb,
-                                               const distill::TrainerOptions& topts, bool quiet) {
-  auto mode = dist::parse_teacher_parallel(parallel);
-  if (mode == dist::TeacherParallel::kNone) return distill::load_teachers(specs, weights, topts.seed_);
-  PARE_CHECK(specs.size() == 1, "--teacher-parallel ", parallel, " shards one teacher, got ", specs.size());
-  const std::string& spec = specs[0];
-  for (const char* suffix : {".pt", ".ts", ".torchscript"})
-    PARE_CHECK(spec.size() < std::strlen(suffix) || spec.compare(spec.size() - std::strlen(suffix), std::string::npos, suffix) != 0,
-               "--teacher-parallel ", parallel, " shards a graph teacher (ONNX or zoo); ", spec, " is TorchScript");
-  PARE_CHECK(spec.rfind("cache:", 0) != 0, "--teacher-parallel ", parallel, " has nothing to shard in ", spec,
-             ": a cached teacher is only read");
-  core::Graph g = core::load_model(spec, topts.seed_);
-  const dist::World world = dist::World::from_env();
-  const bool talk = !quiet && world.rank == 0;
-  if (mode == dist::TeacherParallel::kAuto) {
-    const int64_t memory = memory_mb > 0 ? static_cast<int64_t>(memory_mb * 1e6)
-                                         : static_cast<int64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGE_SIZE) /
-                                               std::max(1, world.local_world_size);
-    auto choice = dist::choose_teacher_parallel(g, world, memory);
-    if (talk)
-      std::fprintf(stderr, "--teacher-parallel auto: %s, because %s\n", dist::teacher_parallel_name(choice.mode),
-                   choice.why.c_str());
-    mode = choice.mode;
-    if (mode == dist::TeacherParallel::kNone) return distill::load_teachers(specs, weights, topts.seed_);
-  }
-  PARE_CHECK(topts.process_group_ != nullptr, "--teacher-parallel ", parallel, " needs more than one process: "
-             "start the job with pare launch --nproc-per-node N -- pare distill ...");
-  auto teacher = std::make_unique<distill::ShardedTeacher>(g, spec, mode, topts.process_group_->new_group("teacher"));
-  if (talk) std::fprintf(stderr, "%s", teacher->report().to_text().c_str());
-  return teacher;
-}
-
 // "teacher_value:student_value[:weight]"
 distill::ValuePair parse_pair(const std::string& s, const char* option) {
   std::vector<std::string> parts;
@@ -79,8 +41,8 @@ void add_distill(CLI::App& app, Action& action) {
   struct Opts {
     std::vector<std::string> teachers, hints, attentions;
     std::vector<double> teacher_weights;
-    std::string student, out, teacher_parallel = "none";
-    double teacher_memory_mb = 0;
+    std::string student, out;
+    TeacherSharding sharding;
     TrainingRun run;
     distill::DistillLossOptions loss;
   };
@@ -89,12 +51,7 @@ void add_distill(CLI::App& app, Action& action) {
       ->required();
   cmd->add_option("--teacher-weights", o->teacher_weights, "Ensemble weights, e.g. 0.7,0.3 (default: equal)")
       ->delimiter(',');
-  cmd->add_option("--teacher-parallel", o->teacher_parallel,
-                  "Under pare launch or torchrun: shard the teacher over the ranks, tensor (tp) or pipeline "
-                  "(pp) parallel, or let auto pick from its size, the memory and the world")
-      ->capture_default_str();
-  cmd->add_option("--teacher-memory", o->teacher_memory_mb,
-                  "Memory per process (MB) that --teacher-parallel auto plans with (default: RAM / local ranks)");
+  o->sharding.add_options(cmd);
   cmd->add_option("--student,-s", o->student, "Student: zoo spec, ONNX file, or from-teacher:layers=0,2,4 (the teacher's layers 0, 2 and 4, with its weights)")->required();
   cmd->add_option("--out,-o", o->out, "Where to write the student (.onnx)")->required();
   auto g = "Distillation";
@@ -122,8 +79,7 @@ void add_distill(CLI::App& app, Action& action) {
         lopts.attention(p.teacher_value, p.student_value, p.weight);
       }
       lopts.validate();
-      auto teacher = make_teacher(o->teachers, o->teacher_weights, o->teacher_parallel, o->teacher_memory_mb,
-                                  topts, run.quiet);
+      auto teacher = o->sharding.load(o->teachers, o->teacher_weights, topts.seed_, topts.process_group_, run.quiet);
       const bool sharded = dynamic_cast<distill::ShardedTeacher*>(teacher.get()) != nullptr;
       core::Graph g = [&] {
         if (!distill::is_derived_spec(o->student)) return core::load_model(o->student, topts.seed_);

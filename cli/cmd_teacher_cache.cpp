@@ -22,6 +22,7 @@ void add_teacher_cache(CLI::App& app, Action& action) {
     std::vector<double> weights;
     std::string data, normalize, out;
     distill::TeacherCacheOptions cache;
+    TeacherSharding sharding;
     int threads = 0;
     bool quiet = false, json = false;
     uint64_t seed = 0;
@@ -31,6 +32,7 @@ void add_teacher_cache(CLI::App& app, Action& action) {
       ->required();
   cmd->add_option("--teacher-weights", o->weights, "Ensemble weights (default: equal)")->delimiter(',');
   cmd->add_option("--data,-d", o->data, "fashion-mnist[:DIR] or npy:X.npy,Y.npy (its train split is cached)")->required();
+  o->sharding.add_options(cmd);
   cmd->add_option("--normalize", o->normalize, "MEAN,STD applied to inputs (distill with the same)");
   cmd->add_option("--out,-o", o->out, "Cache folder (index.json and per-rank shards)")->required();
   cmd->add_option("--top-k", o->cache.top_k, "Classes kept per sample (the tail mass is kept too)")->capture_default_str();
@@ -50,12 +52,12 @@ void add_teacher_cache(CLI::App& app, Action& action) {
       set_threads(o->threads);
       o->cache.seed = o->seed;
       o->cache.progress = !o->quiet && ::isatty(2);
-      auto teacher = distill::load_teachers(o->teachers, o->weights, o->seed);
-      core::TensorDataset train = core::load_dataset(o->data, "train");
-      if (!o->normalize.empty()) core::normalize(train, o->normalize);
       const dist::World world = dist::World::from_env();
       std::shared_ptr<dist::ProcessGroup> pg;
       if (world.distributed()) pg = dist::ProcessGroup::connect(world);
+      auto teacher = o->sharding.load(o->teachers, o->weights, o->seed, pg, o->quiet);
+      core::TensorDataset train = core::load_dataset(o->data, "train");
+      if (!o->normalize.empty()) core::normalize(train, o->normalize);
       std::string name;
       for (auto& t : o->teachers) name += (name.empty() ? "" : ",") + t;
       auto r = distill::write_teacher_cache(*teacher, name, train, o->data, o->cache, o->out, pg.get());

@@ -9,6 +9,7 @@
 
 #include "core/data.h"
 #include "core/graph.h"
+#include "distill/teacher.h"
 #include "distill/trainer.h"
 
 namespace pare::cli {
@@ -46,6 +47,20 @@ struct TrainingRun {
   /// from --augment (checked against the data). Returns &val or nullptr.
   const core::TensorDataset* load_data(core::TensorDataset& train, core::TensorDataset& val,
                                        core::Graph& model, distill::TrainerOptions& opts) const;
+};
+
+/// --teacher-parallel and --teacher-memory: a teacher sharded over the ranks (dist/shard.h).
+struct TeacherSharding {
+  std::string mode = "none";
+  double memory_mb = 0;
+
+  void add_options(CLI::App* cmd);
+  /// The teacher of `specs` (an ensemble of several), sharded over `pg`'s ranks when the mode asks
+  /// for it; auto's choice and the shard report go to stderr on rank 0 unless `quiet`. Throws
+  /// InputError when the teachers cannot be sharded or `pg` is null (one process).
+  std::unique_ptr<distill::Teacher> load(const std::vector<std::string>& specs, const std::vector<double>& weights,
+                                         uint64_t seed, const std::shared_ptr<dist::ProcessGroup>& pg,
+                                         bool quiet) const;
 };
 
 }  // namespace pare::cli

@@ -1,8 +1,14 @@
 // Helpers shared by the subcommands.
 #include <ATen/Parallel.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/onnx_io.h"
+#include "dist/shard.h"
 #include "dist/world.h"
 
 namespace pare::cli {
@@ -10,6 +16,49 @@ namespace pare::cli {
 void set_threads(int threads) {
   PARE_CHECK(threads >= 0, "--threads must be >= 0, got ", threads);
   if (threads > 0) at::set_num_threads(threads);
+}
+
+void TeacherSharding::add_options(CLI::App* cmd) {
+  cmd->add_option("--teacher-parallel", mode,
+                  "Under pare launch or torchrun: shard the teacher over the ranks, tensor (tp) or pipeline "
+                  "(pp) parallel, or let auto pick from its size, the memory and the world")
+      ->capture_default_str();
+  cmd->add_option("--teacher-memory", memory_mb,
+                  "Memory per process (MB) that --teacher-parallel auto plans with (default: RAM / local ranks)");
+}
+
+std::unique_ptr<distill::Teacher> TeacherSharding::load(const std::vector<std::string>& specs,
+                                                        const std::vector<double>& weights, uint64_t seed,
+                                                        const std::shared_ptr<dist::ProcessGroup>& pg,
+                                                        bool quiet) const {
+  auto chosen = dist::parse_teacher_parallel(mode);
+  if (chosen == dist::TeacherParallel::kNone) return distill::load_teachers(specs, weights, seed);
+  PARE_CHECK(specs.size() == 1, "--teacher-parallel ", mode, " shards one teacher, got ", specs.size());
+  const std::string& spec = specs[0];
+  for (const char* suffix : {".pt", ".ts", ".torchscript"})
+    PARE_CHECK(spec.size() < std::strlen(suffix) || spec.compare(spec.size() - std::strlen(suffix), std::string::npos, suffix) != 0,
+               "--teacher-parallel ", mode, " shards a graph teacher (ONNX or zoo); ", spec, " is TorchScript");
+  PARE_CHECK(spec.rfind("cache:", 0) != 0, "--teacher-parallel ", mode, " has nothing to shard in ", spec,
+             ": a cached teacher is only read");
+  core::Graph g = core::load_model(spec, seed);
+  const dist::World world = dist::World::from_env();
+  const bool talk = !quiet && world.rank == 0;
+  if (chosen == dist::TeacherParallel::kAuto) {
+    const int64_t memory = memory_mb > 0 ? static_cast<int64_t>(memory_mb * 1e6)
+                                         : static_cast<int64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGE_SIZE) /
+                                               std::max(1, world.local_world_size);
+    auto choice = dist::choose_teacher_parallel(g, world, memory);
+    if (talk)
+      std::fprintf(stderr, "--teacher-parallel auto: %s, because %s\n", dist::teacher_parallel_name(choice.mode),
+                   choice.why.c_str());
+    chosen = choice.mode;
+    if (chosen == dist::TeacherParallel::kNone) return distill::load_teachers(specs, weights, seed);
+  }
+  PARE_CHECK(pg != nullptr, "--teacher-parallel ", mode, " needs more than one process: "
+             "start the job with pare launch --nproc-per-node N -- pare ...");
+  auto teacher = std::make_unique<distill::ShardedTeacher>(g, spec, chosen, pg->new_group("teacher"));
+  if (talk) std::fprintf(stderr, "%s", teacher->report().to_text().c_str());
+  return teacher;
 }
 
 void TrainingRun::add_options(CLI::App* cmd) {

@@ -648,6 +648,7 @@ struct ShardedModel::Impl {
   Shard shard;
   std::unique_ptr<core::Module> module;
   std::vector<std::string> stage_inputs;
+  std::vector<int64_t> output_sizes;  // of the first output at batch 1
 
   at::Tensor forward_tp(const at::Tensor& x) {
     // All ranks run the shard on every rank's rows; batches may differ in size.
@@ -678,10 +679,14 @@ struct ShardedModel::Impl {
 
   at::Tensor forward_pp(const at::Tensor& x) {
     const int ranks = pg->size(), me = pg->rank(), last = ranks - 1;
+    // Every rank learns every micro-batch's size, so that all of them skip the empty ones.
+    auto sizes = pg->all_gather(at::tensor({x.size(0)}, at::kLong));
+    auto rows = [&](int m) { return sizes[m].item<int64_t>(); };
     std::vector<at::Tensor> keep;
-    if (me != 0) send_tensor(*pg, x, 0, kTagInput, keep);
+    if (me != 0 && rows(me) > 0) send_tensor(*pg, x, 0, kTagInput, keep);
     at::Tensor mine;
     for (int m = 0; m < ranks; ++m) {  // micro-batch m is rank m's batch
+      if (rows(m) == 0) continue;
       std::vector<at::Tensor> in;
       if (me == 0) {
         in.push_back(m == 0 ? x : recv_tensor(*pg, m, kTagInput));
@@ -697,7 +702,13 @@ struct ShardedModel::Impl {
         send_tensor(*pg, out[0], m, kTagOutput, keep);
       }
     }
-    if (me != last) mine = recv_tensor(*pg, last, kTagOutput);
+    if (rows(me) == 0) {
+      std::vector<int64_t> empty = output_sizes;
+      empty[0] = 0;
+      mine = at::empty(empty);
+    } else if (me != last) {
+      mine = recv_tensor(*pg, last, kTagOutput);
+    }
     pg->wait();
     return mine;
   }
@@ -713,6 +724,8 @@ ShardedModel::ShardedModel(const Graph& g, TeacherParallel mode, std::shared_ptr
   impl_->shard = mode == TeacherParallel::kTensor ? shard_tensor_parallel(g, pg->rank(), pg->size())
                                                   : pipeline_stage(g, pg->rank(), pg->size());
   for (auto& in : impl_->shard.graph.inputs) impl_->stage_inputs.push_back(in.name);
+  impl_->output_sizes = core::probe_shapes(g, 1).at(g.outputs.at(0).name);
+  PARE_CHECK(!impl_->output_sizes.empty(), "model '", g.name, "': its first output has no batch dimension");
   impl_->module = std::make_unique<core::Module>(impl_->shard.graph);
   impl_->module->eval();
   // As GraphTeacher: libtorch's CPU convolutions are much faster channels-last.

@@ -64,6 +64,10 @@ class Teacher {
   /// For messages: "graph teacher 'cnn.onnx'".
   virtual std::string describe() const = 0;
 
+  /// True when forward() is collective (ShardedTeacher): every rank must call it, the same number
+  /// of times, even with an empty batch.
+  virtual bool collective() const { return false; }
+
   /// Moves the teacher's weights to `d`; inputs on another device are copied there per forward.
   virtual void to(const at::Device& d) = 0;
 
@@ -112,6 +116,7 @@ class ShardedTeacher : public Teacher {
   /// From the graph's shapes, without a (collective) forward.
   int64_t num_classes(const at::Tensor& example) override;
   std::string describe() const override;
+  bool collective() const override { return true; }
   /// Throws InputError for a device other than the CPU.
   void to(const at::Device& d) override;
 

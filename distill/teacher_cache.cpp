@@ -73,9 +73,16 @@ TeacherCacheReport write_teacher_cache(Teacher& teacher, const std::string& teac
   at::Tensor rest = at::zeros({end - begin}, at::kHalf);
   auto gen = at::make_generator<at::CPUGeneratorImpl>(o.seed * 1000003ULL + static_cast<uint64_t>(rank));
   at::NoGradGuard no_grad;
-  for (int64_t i = begin; i < end; i += o.batch_size) {
+  // A collective (sharded) teacher runs as many batches on every rank: the ranks' slices differ by
+  // at most a row, and a rank out of rows joins with an empty batch.
+  const int64_t most_rows = (n + world - 1) / world;
+  const int64_t batches = teacher.collective() ? (most_rows + o.batch_size - 1) / o.batch_size
+                                               : (end - begin + o.batch_size - 1) / o.batch_size;
+  for (int64_t b = 0; b < batches; ++b) {
+    const int64_t i = std::min(begin + b * o.batch_size, end);
     const int64_t m = std::min(o.batch_size, end - i);
     at::Tensor p = at::softmax(teacher.logits(ds.x.narrow(0, i, m)).to(at::kFloat) / o.temperature, 1);
+    if (m == 0) continue;
     PARE_CHECK(p.size(1) == classes, teacher.describe(), " gave ", p.size(1), " classes, then ", classes);
     if (!sampled) {
       auto top = p.topk(k, 1);

@@ -23,6 +23,27 @@ expect_exit 0 "teacher-parallel auto: tp, because .*share a node" -- \
   "${launch[@]}" "${auto[@]}" --teacher-memory 0.1
 expect_exit 0 "teacher-parallel auto: none, because .*fit" -- "${launch[@]}" "${auto[@]}"
 
+# pare teacher-cache with a sharded teacher writes the cache the whole teacher writes; 255 rows over
+# 2 ranks (127 and 128) in batches of 127 leave rank 0 a batch short, which it joins with an empty one.
+cache=("$PARE" teacher-cache --teacher cnn --data "npy:$work/x255.npy,$work/y255.npy" --batch-size 127 --top-k 3 --quiet)
+"$PY" -c "import numpy as np; np.save('$work/x255.npy', np.load('$work/x.npy')[:255]); np.save('$work/y255.npy', np.load('$work/y.npy')[:255])"
+expect_exit 0 "" -- "${launch[@]}" "${cache[@]}" --out "$work/cache.whole"
+for mode in tp pp; do
+  expect_exit 0 "" -- "${launch[@]}" "${cache[@]}" --teacher-parallel $mode --out "$work/cache.$mode"
+  "$PY" - "$work/cache.whole" "$work/cache.$mode" <<'PYEOF' && echo "ok: teacher-cache --teacher-parallel $mode" || fail "teacher-cache $mode differs"
+import sys, numpy as np
+a, b = sys.argv[1:3]
+for r in (0, 1):
+    for k in ("classes", "probs"):
+        x, y = (np.load(f"{d}/shard-{r}.{k}.npy") for d in (a, b))
+        assert x.shape == y.shape, (k, x.shape, y.shape)
+        if k == "classes":
+            assert (x == y).mean() > 0.99, (r, k)
+        else:
+            assert np.abs(x.astype(np.float32) - y.astype(np.float32)).max() < 2e-3, (r, k)
+PYEOF
+done
+
 # pare run --parallel: each rank's rows through the sharded model, equal to the whole model.
 "$PARE" run cnn -i "$work/x.npy" -o "$work/cnn.whole.npy"
 for mode in tp pp; do
