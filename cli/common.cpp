@@ -24,7 +24,8 @@ void TeacherSharding::add_options(CLI::App* cmd) {
                   "(pp) parallel, or let auto pick from its size, the memory and the world")
       ->capture_default_str();
   cmd->add_option("--teacher-memory", memory_mb,
-                  "Memory per process (MB) that --teacher-parallel auto plans with (default: RAM / local ranks)");
+                  "Memory per process (MB): --teacher-parallel auto plans with it (default: RAM / local ranks), "
+                  "and a pipeline stage's weights take at most half of it");
 }
 
 std::unique_ptr<distill::Teacher> TeacherSharding::load(const std::vector<std::string>& specs,
@@ -56,7 +57,10 @@ std::unique_ptr<distill::Teacher> TeacherSharding::load(const std::vector<std::s
   }
   PARE_CHECK(pg != nullptr, "--teacher-parallel ", mode, " needs more than one process: "
              "start the job with pare launch --nproc-per-node N -- pare ...");
-  auto teacher = std::make_unique<distill::ShardedTeacher>(g, spec, chosen, pg->new_group("teacher"));
+  // With --teacher-memory a pipeline stage's weights take at most half of it (the rest is for
+  // activations), as auto assumes.
+  const int64_t stage_limit = memory_mb > 0 ? static_cast<int64_t>(memory_mb * 1e6 / 2) : 0;
+  auto teacher = std::make_unique<distill::ShardedTeacher>(g, spec, chosen, pg->new_group("teacher"), stage_limit);
   if (talk) std::fprintf(stderr, "%s", teacher->report().to_text().c_str());
   return teacher;
 }

@@ -468,7 +468,7 @@ struct PipelinePlan {
   }
 };
 
-PipelinePlan plan_pipeline(const Graph& graph, int ranks) {
+PipelinePlan plan_pipeline(const Graph& graph, int ranks, int64_t max_stage_bytes) {
   PipelinePlan p;
   p.g = prepare(graph);
   const size_t n = p.g.nodes.size();
@@ -503,21 +503,34 @@ PipelinePlan plan_pipeline(const Graph& graph, int ranks) {
   std::vector<double> before(n + 1, 0);  // cost of nodes [0, i)
   for (size_t i = 0; i < n; ++i) before[i + 1] = before[i] + p.flops[i] / total_flops + p.weight_bytes[i] / total_bytes;
   const double per_stage = before[n] / ranks;
+  std::vector<int64_t> bytes_before(n + 1, 0);  // weight bytes of nodes [0, i)
+  for (size_t i = 0; i < n; ++i) bytes_before[i + 1] = bytes_before[i] + p.weight_bytes[i];
+  const auto too_big = [&](size_t from, size_t to, int stages) {
+    return max_stage_bytes > 0 && bytes_before[to] - bytes_before[from] > stages * max_stage_bytes;
+  };
+  PARE_CHECK(!too_big(0, n, ranks), "model '", p.g.name, "': its weights (", mb(bytes_before[n]), ") do not fit in ",
+             ranks, " pipeline stages of at most ", mb(max_stage_bytes));
   p.cuts = {0};
   for (int k = 1; k < ranks; ++k) {
     const double target = per_stage * k;
     size_t best = 0;
     double best_score = 0;
     for (size_t i = p.cuts.back() + 1; i + (ranks - k) <= n; ++i) {
+      // Within the memory limit: this stage, and the rest in the stages left.
+      if (too_big(p.cuts.back(), i, 1) || too_big(i, n, ranks - k)) continue;
       // Off-balance by more than a tenth of a stage costs more than any boundary saves.
       const double off = std::abs(before[i] - target) / per_stage;
       const double score = off + (off <= 0.1 ? 0 : 10) +
                            1e-12 * static_cast<double>(p.bytes_per_sample(p.crossing(i)));
       if (best == 0 || score < best_score) best = i, best_score = score;
     }
+    PARE_CHECK(best != 0, "model '", p.g.name, "': no cut between nodes keeps every pipeline stage's weights within ",
+               mb(max_stage_bytes), " (one node's weights may be larger)");
     p.cuts.push_back(best);
   }
   p.cuts.push_back(n);
+  PARE_CHECK(!too_big(p.cuts[ranks - 1], n, 1), "model '", p.g.name, "': no cut between nodes keeps every pipeline "
+             "stage's weights within ", mb(max_stage_bytes));
   return p;
 }
 
@@ -587,9 +600,9 @@ Graph stage_graph(const PipelinePlan& p, int k) {
 }
 }  // namespace
 
-Shard pipeline_stage(const Graph& g, int rank, int ranks) {
+Shard pipeline_stage(const Graph& g, int rank, int ranks, int64_t max_stage_bytes) {
   PARE_ASSERT(ranks >= 1 && rank >= 0 && rank < ranks, "bad rank ", rank, " of ", ranks);
-  PipelinePlan p = plan_pipeline(g, ranks);
+  PipelinePlan p = plan_pipeline(g, ranks, max_stage_bytes);
   Shard s;
   s.report.mode = "pp";
   s.report.ranks = ranks;
@@ -714,7 +727,8 @@ struct ShardedModel::Impl {
   }
 };
 
-ShardedModel::ShardedModel(const Graph& g, TeacherParallel mode, std::shared_ptr<ProcessGroup> pg)
+ShardedModel::ShardedModel(const Graph& g, TeacherParallel mode, std::shared_ptr<ProcessGroup> pg,
+                           int64_t max_stage_bytes)
     : impl_(std::make_unique<Impl>()) {
   PARE_CHECK(mode == TeacherParallel::kTensor || mode == TeacherParallel::kPipeline,
              "a sharded model runs tensor or pipeline parallel, not '", teacher_parallel_name(mode), "'");
@@ -722,7 +736,7 @@ ShardedModel::ShardedModel(const Graph& g, TeacherParallel mode, std::shared_ptr
   impl_->mode = mode;
   impl_->pg = pg;
   impl_->shard = mode == TeacherParallel::kTensor ? shard_tensor_parallel(g, pg->rank(), pg->size())
-                                                  : pipeline_stage(g, pg->rank(), pg->size());
+                                                  : pipeline_stage(g, pg->rank(), pg->size(), max_stage_bytes);
   for (auto& in : impl_->shard.graph.inputs) impl_->stage_inputs.push_back(in.name);
   impl_->output_sizes = core::probe_shapes(g, 1).at(g.outputs.at(0).name);
   PARE_CHECK(!impl_->output_sizes.empty(), "model '", g.name, "': its first output has no batch dimension");

@@ -72,8 +72,9 @@ Shard shard_tensor_parallel(const core::Graph& g, int rank, int ranks);
 /// Pipeline stage `rank` of `ranks`: the nodes of that stage with the weights they read; its
 /// inputs are the values that cross into it (the graph input for stage 0), its outputs those that
 /// cross out (the graph outputs for the last stage), in the order the neighbour stages agree on.
-/// Throws InputError when the graph has fewer nodes than ranks.
-Shard pipeline_stage(const core::Graph& g, int rank, int ranks);
+/// With `max_stage_bytes` > 0 no stage holds more weight bytes than that (balance comes second).
+/// Throws InputError when the graph has fewer nodes than ranks, or no cut meets the limit.
+Shard pipeline_stage(const core::Graph& g, int rank, int ranks, int64_t max_stage_bytes = 0);
 
 class ProcessGroup;
 
@@ -81,9 +82,10 @@ class ProcessGroup;
 /// every rank calls it with its own batch (sizes may differ), the same number of times.
 class ShardedModel {
  public:
-  /// `mode` is kTensor or kPipeline. Throws InputError for another mode or a graph without exactly
-  /// one input.
-  ShardedModel(const core::Graph& g, TeacherParallel mode, std::shared_ptr<ProcessGroup> pg);
+  /// `mode` is kTensor or kPipeline (`max_stage_bytes`: see pipeline_stage). Throws InputError for
+  /// another mode, a graph without exactly one input, or stages that cannot meet the limit.
+  ShardedModel(const core::Graph& g, TeacherParallel mode, std::shared_ptr<ProcessGroup> pg,
+               int64_t max_stage_bytes = 0);
   ~ShardedModel();
 
   /// The first graph output for the rows of `x` (CPU tensors), computed without grad.

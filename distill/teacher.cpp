@@ -183,7 +183,7 @@ void GraphTeacher::to(const at::Device& d) { module_.to(d); }
 // ShardedTeacher
 
 ShardedTeacher::ShardedTeacher(const core::Graph& g, std::string name, dist::TeacherParallel mode,
-                               std::shared_ptr<dist::ProcessGroup> pg)
+                               std::shared_ptr<dist::ProcessGroup> pg, int64_t max_stage_bytes)
     : name_(std::move(name)) {
   PARE_CHECK(g.inputs.size() == 1 && !g.outputs.empty(), "teacher '", name_,
              "' must have exactly one input and an output to be sharded");
@@ -193,7 +193,7 @@ ShardedTeacher::ShardedTeacher(const core::Graph& g, std::string name, dist::Tea
   PARE_CHECK(out.size() == 2, "teacher '", name_, "' yields logits of shape ", c10::IntArrayRef(out), " at batch 1; a sharded "
              "teacher must yield [N, classes]");
   classes_ = out[1];
-  model_ = std::make_unique<dist::ShardedModel>(g, mode, std::move(pg));
+  model_ = std::make_unique<dist::ShardedModel>(g, mode, std::move(pg), max_stage_bytes);
 }
 
 ShardedTeacher::~ShardedTeacher() = default;

@@ -105,9 +105,10 @@ class GraphTeacher : public Teacher {
 /// dtype as in GraphTeacher. Runs on the CPU.
 class ShardedTeacher : public Teacher {
  public:
-  /// Throws InputError for a graph without exactly one input or without outputs.
+  /// `max_stage_bytes`: a pipeline stage's weight limit (dist::pipeline_stage). Throws InputError for
+  /// a graph without exactly one input or without outputs.
   ShardedTeacher(const core::Graph& g, std::string name, dist::TeacherParallel mode,
-                 std::shared_ptr<dist::ProcessGroup> pg);
+                 std::shared_ptr<dist::ProcessGroup> pg, int64_t max_stage_bytes = 0);
   ~ShardedTeacher() override;
 
   std::unordered_map<std::string, at::Tensor> forward(const at::Tensor& x,

@@ -54,6 +54,10 @@ done
 
 expect_exit 2 "needs more than one process.*pare launch" -- "${kd[@]}" --teacher-parallel tp --out "$work/bad.onnx"
 no_file "$work/bad.onnx"
+# --teacher-memory 0.5: a stage may hold 0.25 MB of weights, and the cnn has 0.83 MB for 2 stages.
+expect_exit 2 "do not fit in 2 pipeline stages of at most 0.25 MB" -- \
+  "${launch[@]}" "${kd[@]}" --teacher-parallel pp --teacher-memory 0.5 --out "$work/bad.onnx"
+no_file "$work/bad.onnx"
 expect_exit 2 "must be none, tp, pp or auto, got 'zero'" -- "${kd[@]}" --teacher-parallel zero --out "$work/bad.onnx"
 expect_exit 2 "shards one teacher, got 2" -- "${kd[@]}" --teacher lenet5 --teacher-parallel pp --out "$work/bad.onnx"
 no_file "$work/bad.onnx"

@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <exception>
 #include <functional>
 #include <thread>
@@ -166,6 +167,22 @@ TEST(Pipeline, StagesSplitTheWeightsAndCrossWithTheResidualStream) {
   EXPECT_LE(params, g.parameter_count() + 8);
   EXPECT_GE(params, g.parameter_count());
   expect_input_error([&] { dist::pipeline_stage(core::load_model("mlp:4-3", 1), 0, 8); }, {"too few", "8 pipeline stages"});
+}
+
+TEST(Pipeline, AWeightLimitPerStageIsKeptOrRefused) {
+  core::Graph g = core::load_model("resnet:1", 1);
+  const int64_t total = g.initializer_bytes();
+  // Unlimited, the stages balance FLOPs and bytes together; the ResNet's weights sit late.
+  auto free = dist::pipeline_stage(g, 0, 2).report;
+  const int64_t limit = total * 55 / 100;
+  ASSERT_GT(*std::max_element(free.rank_bytes.begin(), free.rank_bytes.end()), limit) << free.to_text();
+  auto capped = dist::pipeline_stage(g, 0, 2, limit).report;
+  for (auto b : capped.rank_bytes) EXPECT_LE(b, limit) << capped.to_text();
+  expect_input_error([&] { dist::pipeline_stage(g, 0, 2, total / 10); }, {"do not fit in 2 pipeline stages"});
+  // One Gemm holds 71% of the cnn's weights: no cut between nodes gets a stage under 60%.
+  core::Graph cnn = core::load_model("cnn", 1);
+  expect_input_error([&] { dist::pipeline_stage(cnn, 1, 2, cnn.initializer_bytes() * 6 / 10); },
+                     {"no cut between nodes"});
 }
 
 TEST(TeacherParallel, AutoSaysWhyItPicksNoneTensorOrPipeline) {
