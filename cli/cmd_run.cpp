@@ -93,7 +93,7 @@ void add_run(CLI::App& app, Action& action) {
       }
       std::vector<std::string> extra;
       for (auto& [name, path] : outs) extra.push_back(name);
-      core::Module m(std::move(g));
+      core::Module m(std::move(g), core::Module::Use::kFrozen);
       m.eval();
       at::NoGradGuard no_grad;
       auto values = m.forward_values(feeds, extra);

@@ -254,7 +254,7 @@ std::map<std::string, ProbedValue> probe_values(const Graph& g, int64_t dim) {
   for (auto& n : g.nodes)
     for (auto& o : n.outputs)
       if (!o.empty()) all.push_back(o);
-  Module m(g);
+  Module m(g, Module::Use::kFrozen);
   m.eval();
   std::vector<at::Tensor> feeds;
   for (auto& in : g.inputs) {

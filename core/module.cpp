@@ -9,10 +9,15 @@
 
 namespace pare::core {
 
-Module::Module(Graph graph) : graph_(std::move(graph)) {
+Module::Module(Graph graph, Use use) : graph_(std::move(graph)), use_(use) {
   graph_.topo_sort();
   graph_.verify();
   compile();
+}
+
+void Module::train(bool on) {
+  PARE_ASSERT(!on || use_ == Use::kTrainable, "a frozen module of '", graph_.name, "' cannot train");
+  ctx_.training = on;
 }
 
 int Module::slot_of(const std::string& name) const {
@@ -50,7 +55,7 @@ void Module::compile() {
       auto it = graph_.initializers.find(in);
       if (in.empty() || it == graph_.initializers.end() || !seen.insert(in).second) continue;
       at::Tensor t = it->second;
-      bool floating = at::isFloatingType(t.scalar_type());
+      bool floating = at::isFloatingType(t.scalar_type()) && use_ == Use::kTrainable;
       if (floating && state.count(in) && !weights.count(in)) {
         t = t.clone();  // running statistics are updated in place during training
         buffer_names_.push_back(in);

@@ -25,9 +25,15 @@ namespace pare::core {
 
 class Module {
  public:
+  /// kTrainable: weights are copied into parameters that require grad, running statistics into
+  /// buffers. kFrozen: inference only (teachers, probes); the module reads the graph's tensors as
+  /// they are (no copy, so weights mapped from external data stay on disk until used), has no
+  /// parameters and cannot train.
+  enum class Use { kTrainable, kFrozen };
+
   /// Verifies and topologically sorts `graph`, then compiles the execution plan.
   /// Throws InputError for a malformed graph.
-  explicit Module(Graph graph);
+  explicit Module(Graph graph, Use use = Use::kTrainable);
 
   /// Graph outputs for the given graph inputs (in graph input order).
   /// Throws InputError naming the input when a rank, fixed dim or dtype does not match.
@@ -39,7 +45,8 @@ class Module {
   std::unordered_map<std::string, at::Tensor> forward_values(const std::vector<at::Tensor>& inputs,
                                                              const std::vector<std::string>& extra);
 
-  void train(bool on = true) { ctx_.training = on; }
+  /// Throws InternalError for a frozen module.
+  void train(bool on = true);
   void eval() { train(false); }
   bool is_training() const { return ctx_.training; }
 
@@ -84,6 +91,7 @@ class Module {
   int slot_of(const std::string& name) const;
 
   Graph graph_;
+  Use use_;
   RunContext ctx_;
   at::Device device_ = at::kCPU;
   at::MemoryFormat memory_format_ = at::MemoryFormat::Contiguous;

@@ -2,8 +2,11 @@
 // with external data files, the ONNX checker, and atomic writes.
 #include "core/onnx_io.h"
 
+#include <fcntl.h>
 #include <onnx/checker.h>
 #include <onnx/onnx_pb.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <climits>
@@ -113,6 +116,24 @@ ExternalRef external_ref(const onnx::TensorProto& tp, const std::string& what,
   return ref;
 }
 
+// External data is mapped rather than read: a tensor's pages come from disk when first touched,
+// so a process that keeps only some of the weights (a pipeline stage, a tensor-parallel slice of
+// each) never reads the others. The mapping is private (copy on write), so training may change the
+// weights in place; it lives as long as the tensor. pare replaces files by rename, which leaves a
+// mapped file intact.
+at::Tensor map_external(const ExternalRef& ref, const std::vector<int64_t>& dims, const at::TensorOptions& opts,
+                        const std::string& what) {
+  const int fd = ::open(ref.file.c_str(), O_RDONLY | O_CLOEXEC);
+  PARE_CHECK(fd >= 0, what, " is stored in external file '", ref.file, "', which cannot be opened");
+  const int64_t page = ::sysconf(_SC_PAGE_SIZE);
+  const int64_t start = ref.offset / page * page, skip = ref.offset - start;
+  const size_t span = static_cast<size_t>(skip + ref.length);
+  void* base = ::mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, start);
+  ::close(fd);
+  PARE_CHECK(base != MAP_FAILED, "cannot map ", ref.length, " bytes of ", what, " from '", ref.file, "'");
+  return at::from_blob(static_cast<char*>(base) + skip, dims, [base, span](void*) { ::munmap(base, span); }, opts);
+}
+
 at::Tensor tensor_from_proto(const onnx::TensorProto& tp, const std::string& what,
                              const std::string& model_dir) {
   const auto st = scalar_type_from_onnx(tp.data_type());
@@ -134,15 +155,8 @@ at::Tensor tensor_from_proto(const onnx::TensorProto& tp, const std::string& wha
 
   if (tp.data_location() == onnx::TensorProto_DataLocation_EXTERNAL) {
     ExternalRef ref = external_ref(tp, what, model_dir, nbytes);
-    at::Tensor t = at::empty(dims, opts);
-    if (nbytes > 0) {
-      std::ifstream in(ref.file, std::ios::binary);
-      in.seekg(ref.offset);
-      in.read(static_cast<char*>(t.data_ptr()), nbytes);
-      PARE_CHECK(in.gcount() == nbytes, "cannot read ", nbytes, " bytes of ", what, " from '",
-                 ref.file, "'");
-    }
-    return t;
+    if (nbytes == 0) return at::empty(dims, opts);
+    return map_external(ref, dims, opts, what);
   }
   if (tp.has_raw_data()) {
     PARE_CHECK(static_cast<int64_t>(tp.raw_data().size()) == nbytes, what, " has ",

@@ -84,7 +84,10 @@ const std::set<std::string> kReduce = {"ReduceMean", "ReduceSum", "ReduceMax", "
 
 class TensorParallelPass {
  public:
-  TensorParallelPass(const Graph& g, int rank, int ranks) : g_(prepare(g)), rank_(rank), n_(ranks) {
+  // `copy`: this rank's slices are copied out of the whole weights (false: views, enough to count
+  // another rank's share for the report without holding it).
+  TensorParallelPass(const Graph& g, int rank, int ranks, bool copy = true)
+      : g_(prepare(g)), rank_(rank), n_(ranks), copy_(copy) {
     shapes_ = core::probe_shapes(g_, 1);
     flops_ = core::node_flops(g_, shapes_);
     for (auto& in : g_.inputs) taken_.insert(in.name);
@@ -176,7 +179,8 @@ class TensorParallelPass {
     const int64_t len = block(full), start = rank_ * len;
     std::string name = fresh(v + "/rank" + std::to_string(rank_));
     if (g_.is_initializer(v)) {
-      out_.initializers[name] = g_.initializers.at(v).narrow(axis, start, len).clone();
+      at::Tensor slice = g_.initializers.at(v).narrow(axis, start, len);
+      out_.initializers[name] = copy_ ? slice.clone() : slice;
     } else {
       auto constant = [&](const char* what, int64_t value) {
         std::string c = fresh(name + "/" + what);
@@ -427,6 +431,7 @@ class TensorParallelPass {
 
   Graph g_;
   int rank_, n_;
+  bool copy_;
   std::map<std::string, std::vector<int64_t>> shapes_;
   Graph out_;
   std::set<std::string> taken_, is_output_;
@@ -564,7 +569,7 @@ Shard shard_tensor_parallel(const Graph& g, int rank, int ranks) {
   const ShardReport mine = s.report;
   s.report.rank_flops.clear();
   for (int r = 0; r < ranks; ++r) {
-    Shard other = r == rank ? Shard{s.graph, mine} : TensorParallelPass(g, r, ranks).run();
+    Shard other = r == rank ? Shard{s.graph, mine} : TensorParallelPass(g, r, ranks, /*copy=*/false).run();
     s.report.rank_params.push_back(other.graph.parameter_count());
     s.report.rank_bytes.push_back(other.graph.initializer_bytes());
     s.report.rank_flops.push_back(other.report.rank_flops.at(0));
@@ -740,7 +745,7 @@ ShardedModel::ShardedModel(const Graph& g, TeacherParallel mode, std::shared_ptr
   for (auto& in : impl_->shard.graph.inputs) impl_->stage_inputs.push_back(in.name);
   impl_->output_sizes = core::probe_shapes(g, 1).at(g.outputs.at(0).name);
   PARE_CHECK(!impl_->output_sizes.empty(), "model '", g.name, "': its first output has no batch dimension");
-  impl_->module = std::make_unique<core::Module>(impl_->shard.graph);
+  impl_->module = std::make_unique<core::Module>(impl_->shard.graph, core::Module::Use::kFrozen);
   impl_->module->eval();
   // As GraphTeacher: libtorch's CPU convolutions are much faster channels-last.
   impl_->module->set_memory_format(at::MemoryFormat::ChannelsLast);

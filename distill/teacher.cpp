@@ -117,7 +117,7 @@ struct ModeGuard {
 // GraphTeacher
 
 GraphTeacher::GraphTeacher(core::Graph g, std::string name)
-    : module_(std::move(g)), name_(std::move(name)) {
+    : module_(std::move(g), core::Module::Use::kFrozen), name_(std::move(name)) {
   PARE_CHECK(module_.graph().inputs.size() == 1, describe(), " must have exactly one input, has ",
              module_.graph().inputs.size());
   PARE_CHECK(!module_.graph().outputs.empty(), describe(), " has no outputs");

@@ -115,6 +115,17 @@ TEST(Module, ParametersGetGradientsAndWriteBack) {
   EXPECT_FALSE(g.initializers["w"].requires_grad());
 }
 
+TEST(Module, AFrozenModuleReadsTheGraphsTensorsAndCannotTrain) {
+  Graph g = tiny_mlp();
+  Module m(g, Module::Use::kFrozen);
+  EXPECT_TRUE(m.initializer("w").is_same(g.initializers["w"]));  // no copy
+  EXPECT_TRUE(m.parameters().empty());
+  at::Tensor x = at::randn({5, 4});
+  EXPECT_TRUE(at::equal(m.forward({x})[0], Module(g).forward({x})[0]));
+  EXPECT_THROW(m.train(), InternalError);
+  EXPECT_NO_THROW(m.eval());
+}
+
 TEST(Module, ForwardValuesReturnsIntermediates) {
   Module m(tiny_mlp());
   auto v = m.forward_values({at::randn({2, 4})}, {"h"});

@@ -376,6 +376,13 @@ TEST(OnnxIo, ExternalDataRoundTrip) {
   EXPECT_EQ(external, 2);  // fc.weight (48 bytes) and fc.bias stay inline
   expect_graphs_equal(g, load_onnx(path));
 
+  // External tensors are mapped privately: changed in place (training), the file stays as it was.
+  Graph loaded = load_onnx(path);
+  const std::string before = read_file(path + ".data");
+  loaded.initializers["big"].add_(1);
+  EXPECT_TRUE(at::allclose(loaded.initializers["big"], g.initializers["big"] + 1));
+  EXPECT_EQ(read_file(path + ".data"), before);
+
   // Moved together, the model still finds its data relative to its own folder.
   TempDir other;
   std::rename(path.c_str(), other.file("moved.onnx").c_str());
