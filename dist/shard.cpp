@@ -108,9 +108,8 @@ class TensorParallelPass {
       visit(g_.nodes[i]);
     }
     for (auto& o : g_.outputs) {
-      ValueInfo info = o;
       emit(Node{"Identity", "", {whole(o.name)}, {o.name}, {}, ""});
-      out_.outputs.push_back(info);
+      out_.outputs.push_back(o);
     }
     // Keep the initializers the shard reads.
     for (auto& [k, t] : g_.initializers)
@@ -130,8 +129,6 @@ class TensorParallelPass {
   }
 
  private:
-  using ValueInfo = core::ValueInfo;
-
   std::string fresh(const std::string& base) {
     std::string s = base;
     for (int i = 1; taken_.count(s); ++i) s = base + "_" + std::to_string(i);
@@ -251,7 +248,8 @@ class TensorParallelPass {
     };
     if (kUnary.count(op) && n.outputs.size() == 1) return keep_split(in);
     if (kBroadcast.count(op)) return broadcast(n);
-    if (op == "BatchNormalization" && in.axis == 1 && n.outputs.size() == 1) {
+    if (op == "BatchNormalization" && in.axis == 1 && n.outputs.size() == 1 && is_init(n, 1) && is_init(n, 2) &&
+        is_init(n, 3) && is_init(n, 4)) {
       std::vector<std::string> ins = {local(n.inputs[0])};
       for (size_t i = 1; i < 5; ++i) ins.push_back(split_init(n, i, 0));
       return emit_as(n, ins, in);
@@ -307,6 +305,7 @@ class TensorParallelPass {
     const at::Tensor& w = init(n, 1);
     const int64_t group = n.attr_int("group", 1), out_ch = w.size(0);
     const bool bias = n.has_input(2);
+    if (bias && !is_init(n, 2)) return replicate(n, "its bias is computed");
     if (group == 1 && is_split(x, 1)) {
       std::vector<std::string> ins = {local(x), split_init(n, 1, 1)};
       if (bias && rank_ == 0) ins.push_back(n.inputs[2]);
@@ -334,7 +333,7 @@ class TensorParallelPass {
     const int64_t cols = b.size(tb ? 0 : 1);
     if (is_split(a, 1)) {
       std::vector<std::string> ins = {local(a), split_init(n, 1, tb ? 1 : 0)};
-      if (n.has_input(2) && rank_ == 0) ins.push_back(n.inputs[2]);
+      if (n.has_input(2) && rank_ == 0) ins.push_back(whole(n.inputs[2]));  // added once, by rank 0
       return emit_as(n, ins, Layout{Layout::kPartial});
     }
     if (cols % n_ == 0 && (!n.has_input(2) || is_init(n, 2))) {
@@ -376,30 +375,31 @@ class TensorParallelPass {
     for (auto& i : n.inputs) {
       if (i.empty()) continue;
       Layout l = layout(i);
-      if (l.kind == Layout::kPartial) return replicate(n, "a partial sum meets a nonlinear op");
+      if (l.kind == Layout::kPartial) return replicate(n, "a partial sum meets an elementwise op");
       if (l.kind == Layout::kSplit && out.kind == Layout::kWhole)
         out = split_layout(l.axis + rank_out - static_cast<int64_t>(full_shape(i).size()), l.full);
     }
     if (out.kind == Layout::kWhole) return replicate(n, "its inputs are whole");
-    std::vector<std::string> ins;
-    for (auto& i : n.inputs) {
-      if (i.empty()) {
-        ins.push_back(i);
-        continue;
-      }
+    // Decide every input before emitting anything, so that giving up leaves no dead Slice behind.
+    std::vector<int64_t> slice_axis(n.inputs.size(), -1);  // -1: as it is (split, or broadcast)
+    for (size_t k = 0; k < n.inputs.size(); ++k) {
+      const std::string& i = n.inputs[k];
+      if (i.empty()) continue;
       const auto& s = full_shape(i);
       const int64_t axis = out.axis - (rank_out - static_cast<int64_t>(s.size()));
       const Layout l = layout(i);
       if (l.kind == Layout::kSplit) {
         if (l.axis != axis || l.full != out.full) return replicate(n, "its inputs are split differently");
-        ins.push_back(local(i));
-      } else if (axis < 0 || s[axis] == 1) {
-        ins.push_back(whole(i));
-      } else if (s[axis] == out.full) {
-        ins.push_back(split(i, axis, out.full));
-      } else {
-        return replicate(n, "an input does not broadcast along the split axis");
+      } else if (axis >= 0 && s[axis] != 1) {
+        if (s[axis] != out.full) return replicate(n, "an input does not broadcast along the split axis");
+        slice_axis[k] = axis;
       }
+    }
+    std::vector<std::string> ins;
+    for (size_t k = 0; k < n.inputs.size(); ++k) {
+      const std::string& i = n.inputs[k];
+      ins.push_back(i.empty() ? i : slice_axis[k] >= 0 ? split(i, slice_axis[k], out.full)
+                                  : layout(i).kind == Layout::kSplit ? local(i) : whole(i));
     }
     emit_as(n, ins, out);
   }
