@@ -1,6 +1,7 @@
 #include "core/summary.h"
 
 #include <cstdio>
+#include <set>
 #include <sstream>
 
 #include "core/dtype.h"
@@ -26,11 +27,40 @@ std::vector<int64_t> node_flops(const Graph& g, const std::map<std::string, std:
   return r;
 }
 
+namespace {
+// A quantized graph's parameters: its integer weights (what DequantizeLinear reads, the weight of
+// MatMulInteger, MatMulNBits' K x N 4-bit values packed in bytes) replace the float ones; the
+// scales of QuantizeLinear, DequantizeLinear and MatMulNBits are not parameters. Returns the
+// integer weight elements and the float elements to leave out, each initializer counted once.
+std::pair<int64_t, int64_t> quantized_weight_count(const Graph& g) {
+  std::set<std::string> seen;
+  int64_t integers = 0, scales = 0;
+  auto once = [&](const Node& node, size_t i) -> const at::Tensor* {
+    if (!node.has_input(i) || !g.is_initializer(node.inputs[i]) || !seen.insert(node.inputs[i]).second) return nullptr;
+    return &g.initializers.at(node.inputs[i]);
+  };
+  for (auto& node : g.nodes) {
+    const std::string& op = node.op_type;
+    const bool qdq = op == "QuantizeLinear" || op == "DequantizeLinear";
+    if (!qdq && op != "MatMulInteger" && op != "MatMulNBits") continue;
+    const size_t weight = op == "DequantizeLinear" ? 0 : 1;
+    if (op != "QuantizeLinear")
+      if (const at::Tensor* t = once(node, weight); t && !at::isFloatingType(t->scalar_type()))
+        integers += op == "MatMulNBits" ? node.attr_int("K", 0) * node.attr_int("N", 0) : t->numel();
+    if (qdq || op == "MatMulNBits")
+      if (const at::Tensor* t = once(node, qdq ? 1 : 2); t && at::isFloatingType(t->scalar_type())) scales += t->numel();
+  }
+  return {integers, scales};
+}
+}  // namespace
+
 ModelSummary summarize(const Graph& g) {
   ModelSummary s;
   s.inputs = g.inputs;
   s.outputs = g.outputs;
-  s.params = g.parameter_count();
+  const auto [integers, scales] = quantized_weight_count(g);
+  s.quantized_params = integers;
+  s.params = g.parameter_count() - scales + integers;
   s.bytes = g.initializer_bytes();
   s.opset = g.opset;
   s.nodes = static_cast<int64_t>(g.nodes.size());
@@ -102,6 +132,7 @@ nlohmann::json to_json(const ModelSummary& s) {
   j["outputs"] = nlohmann::json::array();
   for (auto& v : s.outputs) j["outputs"].push_back(value_json(v));
   j["parameters"] = s.params;
+  j["quantized_parameters"] = s.quantized_params;
   j["bytes"] = s.bytes;
   j["flops_per_sample"] = s.flops_per_sample;
   j["opset"] = s.opset;
@@ -124,7 +155,9 @@ std::string to_text(const ModelSummary& s) {
     os << "input   " << v.name << " " << dtype_name(v.dtype) << " " << shape_str(v.shape) << "\n";
   for (auto& v : s.outputs)
     os << "output  " << v.name << " " << dtype_name(v.dtype) << " " << shape_str(v.shape) << "\n";
-  os << "parameters  " << s.params << " (" << human(double(s.params), "") << ")\n";
+  os << "parameters  " << s.params << " (" << human(double(s.params), "");
+  if (s.quantized_params) os << "; " << s.quantized_params << " of them quantized integers";
+  os << ")\n";
   os << "bytes       " << s.bytes << " (" << human(double(s.bytes), "B") << ")\n";
   os << "FLOPs       " << human(double(s.flops_per_sample), "FLOP") << " per sample\n";
   char sp[32];

@@ -25,6 +25,8 @@ struct LayerSummary {
 struct ModelSummary {
   std::vector<ValueInfo> inputs, outputs;
   int64_t params = 0, bytes = 0, flops_per_sample = 0, weight_elements = 0, weight_zeros = 0;
+  int64_t quantized_params = 0;  ///< of `params`: integer weights (read by DequantizeLinear,
+                                 ///< MatMulInteger, MatMulNBits); quantization scales are not counted
   int64_t opset = 0, nodes = 0;
   std::map<std::string, int64_t> op_histogram;
   std::vector<LayerSummary> layers;  ///< nodes that hold weights, in graph order

@@ -32,6 +32,16 @@ print("ok: report and QDQ model")
 PYEOF
 expect_exit 0 "accuracy" -- "$PARE" eval "$work/cnn.int8.onnx" --data "$data"
 expect_exit 0 "" -- "$PARE" run "$work/cnn.int8.onnx" --input "$work/x.npy" --output "$work/y_int8.npy"
+# pare inspect counts the int8 weights as parameters: as many as the fp32 model has (BatchNorm
+# folded away, int32 biases counted).
+"$PARE" inspect "$work/cnn.onnx" --json >"$work/fp32.json"
+"$PARE" inspect "$work/cnn.int8.onnx" --json >"$work/int8.json"
+"$PY" - "$work/fp32.json" "$work/int8.json" <<'PYEOF' && echo "ok: inspect counts quantized weights" || fail "inspect of the int8 model"
+import json, sys
+f, q = (json.load(open(p)) for p in sys.argv[1:3])
+assert q["quantized_parameters"] > 0.95 * f["parameters"], (q["quantized_parameters"], f["parameters"])
+assert q["parameters"] <= f["parameters"], (q["parameters"], f["parameters"])
+PYEOF
 
 # --exclude by op type, --per-tensor and --json.
 expect_exit 0 '"skipped"' -- "$PARE" quantize "$work/cnn.onnx" --calib "$data" --calib-samples 16 \
