@@ -211,6 +211,11 @@ void add_quantize(CLI::App& app, Action& action) {
       ->group(qg)->needs(qat);
   cmd->add_option("--metrics", t.metrics_path_, "Write per-epoch metrics as JSON lines to this file")
       ->group(qg)->needs(qat);
+  cmd->add_option("--checkpoint", t.checkpoint_, "Checkpoint file, written at each epoch end (atomically)")
+      ->group(qg)->needs(qat);
+  cmd->add_option("--checkpoint-every", t.checkpoint_every_, "Also checkpoint every N steps")->group(qg)->needs(qat);
+  cmd->add_flag("--resume", t.resume_, "Continue from --checkpoint if it exists (bit-exact on the CPU)")
+      ->group(qg)->needs(qat);
   cmd->add_option("--augment", o->run.augment, "Random views of each training image: flip, shift=PIXELS or both")
       ->group(qg)->needs(qat);
   cmd->add_option("--val-split", o->run.val_split, "Split evaluated after each epoch")

@@ -71,6 +71,9 @@ assert len(codes) == 2 and all(abs(c).max() <= 7 for c in codes), [abs(c).max() 
 print("ok: QAT report and QDQ model")
 PYEOF
 expect_exit 0 "accuracy" -- "$PARE" eval "$work/mlp.qat.onnx" --data "$data"
+# QAT killed after a checkpoint resumes to the model an uninterrupted run writes.
+expect_resume_identical qat 3 quantize "$work/mlp.onnx" --calib "$data" --calib-samples 16 --weight-bits 4 \
+  --qat --epochs 2 --batch-size 8 --no-val --seed 2 --quiet
 # --qat without a teacher trains on the labels; learned scales; a BatchNorm model (folded first).
 expect_exit 0 "cross entropy" -- "$PARE" quantize "$work/cnn.onnx" --calib "$data" --calib-samples 16 --qat \
   --learn-scales --max-steps 2 --batch-size 16 --no-val --out "$work/cnn.qat.onnx"
