@@ -43,3 +43,18 @@ PYEOF
   fi
   "$PARE" run "$q" --input "$x" --output "$p.pare.npy" --output "$last=$p.pare_codes.npy"
 }
+
+# ort_matches_pare MODEL INPUT.npy LABEL: runs MODEL on INPUT in ONNX Runtime and in `pare run` and
+# compares the first outputs (atol 1e-4 on a scale of at least 1). Returns 1, after saying why,
+# when ORT cannot run the model or the outputs differ.
+ort_matches_pare() {
+  local model=$1 x=$2 label=$3 rc=0
+  node "$here/ort_run.js" "$model" --input "$x" --output "$tmp/ort.npy" 2>"$tmp/err.txt" || rc=$?
+  if ((rc != 0)); then
+    echo "FAIL $label: onnxruntime cannot run $model (exit $rc):"; head -c 2000 "$tmp/err.txt"; echo
+    return 1
+  fi
+  "$PARE" run "$model" --input "$x" --output "$tmp/pare.npy"
+  "$PY" "$here/peer_util.py" compare "$tmp/pare.npy" "$tmp/ort.npy" --atol 1e-4 --scale-floor 1 \
+    --label "$label (pare vs onnxruntime)"
+}

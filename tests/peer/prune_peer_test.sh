@@ -42,12 +42,7 @@ if not ok:
     print(f"FAIL {name}: parameters or FLOPs did not drop as expected")
 sys.exit(0 if ok else 1)
 PYEOF
-  rc=0
-  node "$here/ort_run.js" "$out" --input "$input" --output "$tmp/ort.npy" 2>"$tmp/err.txt" || rc=$?
-  if ((rc != 0)); then echo "FAIL $name: onnxruntime cannot run the pruned model"; head -c 2000 "$tmp/err.txt"; failures+=("$name ort"); return; fi
-  "$PARE" run "$out" --input "$input" --output "$tmp/pare.npy" 2>"$tmp/err.txt" || { failures+=("$name run"); return; }
-  "$PY" "$here/peer_util.py" compare "$tmp/pare.npy" "$tmp/ort.npy" --atol 1e-4 --scale-floor 1 \
-    --label "$name pruned (pare vs onnxruntime)" || failures+=("$name values")
+  ort_matches_pare "$out" "$input" "$name pruned" || failures+=("$name ort")
 }
 
 check resnet18 "$tmp/resnet18.onnx" "npy:$tmp/img.x.npy,$tmp/img.y.npy" "$tmp/resnet18.b1.input.npy"

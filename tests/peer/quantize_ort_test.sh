@@ -74,32 +74,14 @@ done
 # dequantize them to the same floats, so the logits agree to float rounding.
 q4="$tmp/mlp.int4.onnx"
 "$PARE" quantize "$tmp/mlp.onnx" --weight-only int4 --group 32 --quiet --out "$q4" >/dev/null
-rc=0
-node "$here/ort_run.js" "$q4" --input "$tmp/x.npy" --output "$tmp/ort4.npy" 2>"$tmp/err.txt" || rc=$?
-if ((rc != 0)); then
-  echo "FAIL int4: onnxruntime cannot run pare's MatMulNBits model (exit $rc):"; head -c 2000 "$tmp/err.txt"; echo
-  failures+=("int4 ort")
-else
-  "$PARE" run "$q4" --input "$tmp/x.npy" --output "$tmp/pare4.npy"
-  "$PY" "$here/peer_util.py" compare "$tmp/pare4.npy" "$tmp/ort4.npy" --atol 1e-4 --scale-floor 1 \
-    --label "mlp int4 weight-only (pare vs onnxruntime)" || failures+=("int4 values")
-fi
+ort_matches_pare "$q4" "$tmp/x.npy" "mlp int4 weight-only" || failures+=("int4")
 
 # Dynamic quantization: ORT computes the activation scale of each batch the same way and the
 # integer MatMul is exact, so the logits agree to float rounding.
 qd="$tmp/mlp.dyn.onnx"
 "$PARE" quantize "$tmp/mlp.onnx" --dynamic --quiet --out "$qd" >/dev/null
-rc=0
 "$PY" "$here/peer_util.py" check-onnx "$qd" || failures+=("dynamic onnx.checker")
-node "$here/ort_run.js" "$qd" --input "$tmp/x.npy" --output "$tmp/ortd.npy" 2>"$tmp/err.txt" || rc=$?
-if ((rc != 0)); then
-  echo "FAIL dynamic: onnxruntime cannot run pare's dynamic model (exit $rc):"; head -c 2000 "$tmp/err.txt"; echo
-  failures+=("dynamic ort")
-else
-  "$PARE" run "$qd" --input "$tmp/x.npy" --output "$tmp/pared.npy"
-  "$PY" "$here/peer_util.py" compare "$tmp/pared.npy" "$tmp/ortd.npy" --atol 1e-4 --scale-floor 1 \
-    --label "mlp dynamic int8 (pare vs onnxruntime)" || failures+=("dynamic values")
-fi
+ort_matches_pare "$qd" "$tmp/x.npy" "mlp dynamic int8" || failures+=("dynamic")
 
 if ((${#failures[@]})); then
   echo "FAILED (${#failures[@]}): ${failures[*]}"; exit 1
