@@ -3,11 +3,9 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <cstring>
 
 #include "cli/commands.h"
 #include "core/error.h"
-#include "core/onnx_io.h"
 #include "dist/shard.h"
 #include "dist/world.h"
 
@@ -32,16 +30,12 @@ std::unique_ptr<distill::Teacher> TeacherSharding::load(const std::vector<std::s
                                                         const std::vector<double>& weights, uint64_t seed,
                                                         const std::shared_ptr<dist::ProcessGroup>& pg,
                                                         bool quiet) const {
-  auto chosen = dist::parse_teacher_parallel(mode);
+  auto chosen = dist::parse_teacher_parallel(mode, "--teacher-parallel");
   if (chosen == dist::TeacherParallel::kNone) return distill::load_teachers(specs, weights, seed);
   PARE_CHECK(specs.size() == 1, "--teacher-parallel ", mode, " shards one teacher, got ", specs.size());
+  distill::normalize_teacher_weights(weights, 1);  // checked as for a whole teacher
   const std::string& spec = specs[0];
-  for (const char* suffix : {".pt", ".ts", ".torchscript"})
-    PARE_CHECK(spec.size() < std::strlen(suffix) || spec.compare(spec.size() - std::strlen(suffix), std::string::npos, suffix) != 0,
-               "--teacher-parallel ", mode, " shards a graph teacher (ONNX or zoo); ", spec, " is TorchScript");
-  PARE_CHECK(spec.rfind("cache:", 0) != 0, "--teacher-parallel ", mode, " has nothing to shard in ", spec,
-             ": a cached teacher is only read");
-  core::Graph g = core::load_model(spec, seed);
+  core::Graph g = distill::load_teacher_graph(spec, seed);
   const dist::World world = dist::World::from_env();
   const bool talk = !quiet && world.rank == 0;
   if (chosen == dist::TeacherParallel::kAuto) {
@@ -53,7 +47,7 @@ std::unique_ptr<distill::Teacher> TeacherSharding::load(const std::vector<std::s
       std::fprintf(stderr, "--teacher-parallel auto: %s, because %s\n", dist::teacher_parallel_name(choice.mode),
                    choice.why.c_str());
     chosen = choice.mode;
-    if (chosen == dist::TeacherParallel::kNone) return distill::load_teachers(specs, weights, seed);
+    if (chosen == dist::TeacherParallel::kNone) return std::make_unique<distill::GraphTeacher>(std::move(g), spec);
   }
   PARE_CHECK(pg != nullptr, "--teacher-parallel ", mode, " needs more than one process: "
              "start the job with pare launch --nproc-per-node N -- pare ...");

@@ -200,8 +200,8 @@ void register_tensor_ops(OpRegistry& reg) {
                        : "com.microsoft: the ranks' inputs joined along `axis` in rank order");
     d.attrs = {spec_int("group_size"), spec_int("axis")};
     d.forward = [](const Node& n, const Tensors& in, const RunContext& ctx) -> Tensors {
-      PARE_CHECK(ctx.collective, n.describe(), " needs the other ranks of its group: run the sharded model "
-                 "under pare launch (or torchrun) with --teacher-parallel tp");
+      PARE_CHECK(ctx.collective, n.describe(), " belongs to a tensor-parallel shard: it runs only with the "
+                 "other ranks of its group, started by pare launch or torchrun (dist::ShardedModel)");
       return {ctx.collective(n, in.at(0))};
     };
     reg.add(std::move(d));

@@ -84,11 +84,12 @@ const std::set<std::string> kReduce = {"ReduceMean", "ReduceSum", "ReduceMax", "
 
 class TensorParallelPass {
  public:
+  // `g`: prepare()d, `shapes`: its values' sizes at batch 1 (one probe serves every rank's pass).
   // `copy`: this rank's slices are copied out of the whole weights (false: views, enough to count
   // another rank's share for the report without holding it).
-  TensorParallelPass(const Graph& g, int rank, int ranks, bool copy = true)
-      : g_(prepare(g)), rank_(rank), n_(ranks), copy_(copy) {
-    shapes_ = core::probe_shapes(g_, 1);
+  TensorParallelPass(const Graph& g, const std::map<std::string, std::vector<int64_t>>& shapes, int rank,
+                     int ranks, bool copy)
+      : g_(g), rank_(rank), n_(ranks), copy_(copy), shapes_(shapes) {
     flops_ = core::node_flops(g_, shapes_);
     for (auto& in : g_.inputs) taken_.insert(in.name);
     for (auto& [k, t] : g_.initializers) taken_.insert(k);
@@ -429,10 +430,10 @@ class TensorParallelPass {
     replicate(n, "the split does not stay contiguous");
   }
 
-  Graph g_;
+  const Graph& g_;
   int rank_, n_;
   bool copy_;
-  std::map<std::string, std::vector<int64_t>> shapes_;
+  const std::map<std::string, std::vector<int64_t>>& shapes_;
   Graph out_;
   std::set<std::string> taken_, is_output_;
   std::map<std::string, Layout> layout_;
@@ -559,23 +560,32 @@ std::string ShardReport::to_text() const {
   return os.str();
 }
 
-Shard shard_tensor_parallel(const Graph& g, int rank, int ranks) {
+namespace {
+// shard_tensor_parallel; with `copy` false this rank's slices are views (for the report alone).
+Shard tensor_parallel(const Graph& g, int rank, int ranks, bool copy) {
   PARE_ASSERT(ranks >= 1 && rank >= 0 && rank < ranks, "bad rank ", rank, " of ", ranks);
-  Shard s = TensorParallelPass(g, rank, ranks).run();
+  const Graph prepared = prepare(g);
+  const auto shapes = core::probe_shapes(prepared, 1);
+  Shard s = TensorParallelPass(prepared, shapes, rank, ranks, copy).run();
+  s.output_sizes = shapes.at(prepared.outputs[0].name);
   s.report.params = g.parameter_count();
   s.report.bytes = g.initializer_bytes();
   // Every rank's share, for the report (the shards differ in which block they hold, and rank 0
   // adds the biases of row-split layers).
-  const ShardReport mine = s.report;
+  const int64_t my_flops = s.report.rank_flops.at(0);
   s.report.rank_flops.clear();
   for (int r = 0; r < ranks; ++r) {
-    Shard other = r == rank ? Shard{s.graph, mine} : TensorParallelPass(g, r, ranks, /*copy=*/false).run();
-    s.report.rank_params.push_back(other.graph.parameter_count());
-    s.report.rank_bytes.push_back(other.graph.initializer_bytes());
-    s.report.rank_flops.push_back(other.report.rank_flops.at(0));
+    const Shard other = r == rank ? Shard{} : TensorParallelPass(prepared, shapes, r, ranks, /*copy=*/false).run();
+    const Graph& shard = r == rank ? s.graph : other.graph;
+    s.report.rank_params.push_back(shard.parameter_count());
+    s.report.rank_bytes.push_back(shard.initializer_bytes());
+    s.report.rank_flops.push_back(r == rank ? my_flops : other.report.rank_flops.at(0));
   }
   return s;
 }
+}  // namespace
+
+Shard shard_tensor_parallel(const Graph& g, int rank, int ranks) { return tensor_parallel(g, rank, ranks, true); }
 
 namespace {
 Graph stage_graph(const PipelinePlan& p, int k) {
@@ -609,6 +619,7 @@ Shard pipeline_stage(const Graph& g, int rank, int ranks, int64_t max_stage_byte
   PARE_ASSERT(ranks >= 1 && rank >= 0 && rank < ranks, "bad rank ", rank, " of ", ranks);
   PipelinePlan p = plan_pipeline(g, ranks, max_stage_bytes);
   Shard s;
+  s.output_sizes = p.values.at(p.g.outputs[0].name).sizes;
   s.report.mode = "pp";
   s.report.ranks = ranks;
   s.report.params = g.parameter_count();
@@ -666,7 +677,6 @@ struct ShardedModel::Impl {
   Shard shard;
   std::unique_ptr<core::Module> module;
   std::vector<std::string> stage_inputs;
-  std::vector<int64_t> output_sizes;  // of the first output at batch 1
 
   at::Tensor forward_tp(const at::Tensor& x) {
     // All ranks run the shard on every rank's rows; batches may differ in size.
@@ -721,7 +731,7 @@ struct ShardedModel::Impl {
       }
     }
     if (rows(me) == 0) {
-      std::vector<int64_t> empty = output_sizes;
+      std::vector<int64_t> empty = shard.output_sizes;
       empty[0] = 0;
       mine = at::empty(empty);
     } else if (me != last) {
@@ -743,8 +753,7 @@ ShardedModel::ShardedModel(const Graph& g, TeacherParallel mode, std::shared_ptr
   impl_->shard = mode == TeacherParallel::kTensor ? shard_tensor_parallel(g, pg->rank(), pg->size())
                                                   : pipeline_stage(g, pg->rank(), pg->size(), max_stage_bytes);
   for (auto& in : impl_->shard.graph.inputs) impl_->stage_inputs.push_back(in.name);
-  impl_->output_sizes = core::probe_shapes(g, 1).at(g.outputs.at(0).name);
-  PARE_CHECK(!impl_->output_sizes.empty(), "model '", g.name, "': its first output has no batch dimension");
+  PARE_CHECK(!impl_->shard.output_sizes.empty(), "model '", g.name, "': its first output has no batch dimension");
   impl_->module = std::make_unique<core::Module>(impl_->shard.graph, core::Module::Use::kFrozen);
   impl_->module->eval();
   // As GraphTeacher: libtorch's CPU convolutions are much faster channels-last.
@@ -770,6 +779,7 @@ at::Tensor ShardedModel::forward(const at::Tensor& x) {
 
 const ShardReport& ShardedModel::report() const { return impl_->shard.report; }
 const Graph& ShardedModel::shard() const { return impl_->shard.graph; }
+const std::vector<int64_t>& ShardedModel::output_sizes() const { return impl_->shard.output_sizes; }
 
 ParallelChoice choose_teacher_parallel(const Graph& g, const World& world, int64_t memory_per_process) {
   const int64_t bytes = g.initializer_bytes();
@@ -779,7 +789,7 @@ ParallelChoice choose_teacher_parallel(const Graph& g, const World& world, int64
                                         mb(memory_per_process) + ": a whole teacher per rank needs no teacher traffic"};
   const std::string too_big = "the teacher's weights (" + mb(bytes) + ") do not fit twice in " + mb(memory_per_process) + "; ";
   if (world.local_world_size == world.world_size) {
-    Shard tp = shard_tensor_parallel(g, 0, world.world_size);
+    Shard tp = tensor_parallel(g, 0, world.world_size, /*copy=*/false);
     const int64_t most = *std::max_element(tp.report.rank_bytes.begin(), tp.report.rank_bytes.end());
     if (most * world.world_size <= bytes * 5 / 4)
       return {TeacherParallel::kTensor, too_big + "all " + std::to_string(world.world_size) +

@@ -39,8 +39,9 @@ namespace pare::dist {
 
 /// --teacher-parallel: none, tp, pp or auto.
 enum class TeacherParallel { kNone, kTensor, kPipeline, kAuto };
-/// Throws InputError naming `option` for anything but none|tp|pp|auto.
-TeacherParallel parse_teacher_parallel(const std::string& s, const std::string& option = "--teacher-parallel");
+/// Throws InputError naming `option` (the caller's name for the setting) for anything but
+/// none|tp|pp|auto.
+TeacherParallel parse_teacher_parallel(const std::string& s, const std::string& option);
 const char* teacher_parallel_name(TeacherParallel p);
 
 /// How a graph was split over its ranks.
@@ -62,6 +63,7 @@ struct ShardReport {
 struct Shard {
   core::Graph graph;
   ShardReport report;
+  std::vector<int64_t> output_sizes;  ///< the whole graph's first output at batch 1
 };
 
 /// The tensor-parallel shard that `rank` of `ranks` runs: the graph with this rank's slices of the
@@ -93,6 +95,8 @@ class ShardedModel {
   const ShardReport& report() const;
   /// This rank's graph (its shard or stage).
   const core::Graph& shard() const;
+  /// The sizes of the first output at batch 1.
+  const std::vector<int64_t>& output_sizes() const;
 
  private:
   struct Impl;

@@ -184,16 +184,12 @@ void GraphTeacher::to(const at::Device& d) { module_.to(d); }
 
 ShardedTeacher::ShardedTeacher(const core::Graph& g, std::string name, dist::TeacherParallel mode,
                                std::shared_ptr<dist::ProcessGroup> pg, int64_t max_stage_bytes)
-    : name_(std::move(name)) {
-  PARE_CHECK(g.inputs.size() == 1 && !g.outputs.empty(), "teacher '", name_,
-             "' must have exactly one input and an output to be sharded");
-  input_dtype_ = g.inputs[0].dtype;
-  const auto shapes = core::probe_shapes(g, 1);
-  const auto& out = shapes.at(g.outputs[0].name);
+    : model_(std::make_unique<dist::ShardedModel>(g, mode, std::move(pg), max_stage_bytes)), name_(std::move(name)) {
+  const auto& out = model_->output_sizes();
   PARE_CHECK(out.size() == 2, "teacher '", name_, "' yields logits of shape ", c10::IntArrayRef(out), " at batch 1; a sharded "
              "teacher must yield [N, classes]");
   classes_ = out[1];
-  model_ = std::make_unique<dist::ShardedModel>(g, mode, std::move(pg), max_stage_bytes);
+  input_dtype_ = g.inputs[0].dtype;  // one input: ShardedModel checked
 }
 
 ShardedTeacher::~ShardedTeacher() = default;
@@ -368,25 +364,37 @@ void EnsembleTeacher::to(const at::Device& d) {
 // ---------------------------------------------------------------------------------------------
 // Loading and checking
 
-std::unique_ptr<Teacher> load_teacher(const std::string& spec, uint64_t seed) {
+namespace {
+void check_teacher_spec(const std::string& spec) {
   PARE_CHECK(!spec.empty(), "empty teacher spec: expected an ONNX file, a TorchScript file or a zoo model");
-  auto named = [&](const InputError& e) {
-    std::string msg = e.what();
-    return msg.find(spec) != std::string::npos ? InputError(msg) : InputError("teacher '" + spec + "': " + msg);
-  };
-  if (spec.rfind("cache:", 0) == 0) return std::make_unique<CachedTeacher>(spec.substr(6));
-  if (is_torchscript_path(spec) || (file_exists(spec) && looks_like_zip(spec)))
-    return std::make_unique<TorchScriptTeacher>(spec);
+}
+bool is_graph_spec(const std::string& spec) {
+  return spec.rfind("cache:", 0) != 0 && !is_torchscript_path(spec) && !(file_exists(spec) && looks_like_zip(spec));
+}
+}  // namespace
+
+core::Graph load_teacher_graph(const std::string& spec, uint64_t seed) {
+  check_teacher_spec(spec);
+  PARE_CHECK(is_graph_spec(spec), "teacher '", spec, "' is ",
+             spec.rfind("cache:", 0) == 0 ? "a cache of outputs" : "a TorchScript module",
+             ", not a graph (ONNX file or zoo model)");
   try {
-    if (core::is_zoo_spec(spec))
-      return std::make_unique<GraphTeacher>(core::build_zoo_model(spec, seed), spec);
+    if (core::is_zoo_spec(spec)) return core::build_zoo_model(spec, seed);
     PARE_CHECK(file_exists(spec) || !ends_with(spec, ".onnx"), "teacher file '", spec, "' does not exist");
-    if (file_exists(spec)) return std::make_unique<GraphTeacher>(core::load_onnx(spec), spec);
+    if (file_exists(spec)) return core::load_onnx(spec);
     core::load_model(spec, seed);  // throws the "neither a file nor a zoo model" message with the zoo list
   } catch (const InputError& e) {
-    throw named(e);
+    std::string msg = e.what();
+    throw msg.find(spec) != std::string::npos ? InputError(msg) : InputError("teacher '" + spec + "': " + msg);
   }
   throw InputError("teacher '" + spec + "' is neither a file nor a zoo model");
+}
+
+std::unique_ptr<Teacher> load_teacher(const std::string& spec, uint64_t seed) {
+  check_teacher_spec(spec);
+  if (spec.rfind("cache:", 0) == 0) return std::make_unique<CachedTeacher>(spec.substr(6));
+  if (!is_graph_spec(spec)) return std::make_unique<TorchScriptTeacher>(spec);
+  return std::make_unique<GraphTeacher>(load_teacher_graph(spec, seed), spec);
 }
 
 std::unique_ptr<Teacher> load_teachers(const std::vector<std::string>& specs, const std::vector<double>& weights,

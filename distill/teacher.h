@@ -196,6 +196,10 @@ std::vector<double> normalize_teacher_weights(const std::vector<double>& weights
 /// cannot be loaded.
 std::unique_ptr<Teacher> load_teacher(const std::string& spec, uint64_t seed = 0);
 
+/// The graph of a graph teacher's spec (zoo spec or ONNX file), with load_teacher's messages.
+/// Throws InputError naming the spec when it is missing, or a cache or TorchScript teacher.
+core::Graph load_teacher_graph(const std::string& spec, uint64_t seed = 0);
+
 /// Several specs with weights (see normalize_teacher_weights; empty = equal). One spec returns that
 /// teacher itself (its weight must still be valid); more return an EnsembleTeacher. Every zoo spec
 /// is built with the same `seed`. Throws InputError for no specs.

@@ -200,5 +200,5 @@ TEST(TeacherParallel, AutoSaysWhyItPicksNoneTensorOrPipeline) {
   auto pp = dist::choose_teacher_parallel(g, two, 1000);
   EXPECT_EQ(pp.mode, dist::TeacherParallel::kPipeline) << pp.why;
   EXPECT_NE(pp.why.find("2 nodes"), std::string::npos) << pp.why;
-  expect_input_error([] { dist::parse_teacher_parallel("fsdp"); }, {"--teacher-parallel", "none, tp, pp or auto", "fsdp"});
+  expect_input_error([] { dist::parse_teacher_parallel("fsdp", "--teacher-parallel"); }, {"--teacher-parallel", "none, tp, pp or auto", "fsdp"});
 }
