@@ -41,12 +41,11 @@ void GradientSync::sync(int64_t local_samples) {
     for (size_t k : buckets_[b]) {
       const at::Tensor& p = params_[k];
       // A parameter the loss did not reach has no gradient on this rank: it counts as zero.
-      parts.push_back((p.grad().defined() ? p.grad() : at::zeros_like(p)).reshape(-1).to(at::kFloat) *
-                      static_cast<double>(local_samples));
+      parts.push_back((p.grad().defined() ? p.grad() : at::zeros_like(p)).reshape(-1).to(at::kFloat));
     }
-    // The first bucket also carries the sample count, so no extra collective is needed.
-    if (b == 0) parts.push_back(at::full({1}, static_cast<double>(local_samples), at::kFloat));
-    flats.push_back(at::cat(parts));
+    // The first bucket also carries the sample count (1 times it), so no extra collective is needed.
+    if (b == 0) parts.push_back(at::ones({1}, at::kFloat));
+    flats.push_back(at::cat(parts).mul_(static_cast<double>(local_samples)));
     pg_->all_reduce_async(flats.back());
   }
   pg_->wait();
