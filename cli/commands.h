@@ -26,6 +26,7 @@ void add_launch(CLI::App& app, Action& action);
 void add_teacher_cache(CLI::App& app, Action& action);
 void add_prune(CLI::App& app, Action& action);
 void add_quantize(CLI::App& app, Action& action);
+void add_bench(CLI::App& app, Action& action);
 
 /// Sets libtorch's intra-op thread count (0 keeps its default).
 void set_threads(int threads);

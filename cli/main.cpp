@@ -64,6 +64,7 @@ int main(int argc, char** argv) {
   pare::cli::add_prune(app, action);
   pare::cli::add_eval(app, action);
   pare::cli::add_quantize(app, action);
+  pare::cli::add_bench(app, action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -27,9 +27,14 @@ function(pare_use_pch target)
   target_precompile_headers(${target} REUSE_FROM pare_pch)
 endfunction()
 
-# Adds a static library from every .cpp in the current folder.
+# Adds a static library from every .cpp in the current folder that no other target of the folder
+# owns (the folder property PARE_OWNED_SOURCES lists those).
 function(pare_module name)
   file(GLOB srcs CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cpp)
+  get_directory_property(owned PARE_OWNED_SOURCES)
+  foreach(f ${owned})
+    list(REMOVE_ITEM srcs ${CMAKE_CURRENT_SOURCE_DIR}/${f})
+  endforeach()
   add_library(${name} STATIC ${srcs})
   target_link_libraries(${name} PUBLIC pare_deps ${ARGN})
   pare_use_pch(${name})

@@ -3,13 +3,23 @@ include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
 install(TARGETS pare RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-install(TARGETS pare_core pare_distill pare_dist pare_prune pare_quantize pare_deps EXPORT pareTargets
-        ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
-foreach(dir core distill dist prune quantize)
+install(TARGETS pare_base pare_core pare_distill pare_dist pare_prune pare_quantize pare_export pare_deps
+        EXPORT pareTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+foreach(dir core distill dist prune quantize export)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${dir}/ DESTINATION include/pare/${dir}
-          FILES_MATCHING PATTERN "*.h")
+          FILES_MATCHING PATTERN "*.h" PATTERN "runtime" EXCLUDE)
 endforeach()
 install(EXPORT pareTargets NAMESPACE pare:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/pare)
+
+# The edge runtime is a package of its own, find_package(pare_rt): libpare_rt.so and its two
+# headers, nothing of libtorch.
+install(TARGETS pare_rt EXPORT pare_rtTargets LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+install(FILES ${PROJECT_SOURCE_DIR}/export/runtime/rt.h ${PROJECT_SOURCE_DIR}/export/runtime/pare_rt.h
+        DESTINATION include/pare/export/runtime)
+install(EXPORT pare_rtTargets NAMESPACE pare:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/pare_rt
+        FILE pare_rtConfig.cmake)
+write_basic_package_version_file(${PROJECT_BINARY_DIR}/pare_rtConfigVersion.cmake COMPATIBILITY SameMinorVersion)
+install(FILES ${PROJECT_BINARY_DIR}/pare_rtConfigVersion.cmake DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/pare_rt)
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/pareConfig.cmake.in
   ${PROJECT_BINARY_DIR}/pareConfig.cmake INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/pare)
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/pareConfigVersion.cmake

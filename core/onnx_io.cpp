@@ -1,25 +1,21 @@
-// Converts between ONNX ModelProto (libonnx's protobuf schema) and core::Graph, in both directions,
-// with external data files, the ONNX checker, and atomic writes.
+// Converts between ONNX files and core::Graph: reading through the torch-free reader
+// (core/onnx_reader.h), writing a ModelProto with external data files, the ONNX checker and atomic
+// writes.
 #include "core/onnx_io.h"
 
-#include <fcntl.h>
 #include <onnx/checker.h>
 #include <onnx/onnx_pb.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
-#include <algorithm>
 #include <climits>
-#include <cstring>
-#include <fstream>
-#include <limits>
+#include <optional>
 #include <set>
-#include <sstream>
+#include <type_traits>
 #include <utility>
 
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/file_util.h"
+#include "core/onnx_reader.h"
 #include "core/zoo.h"
 
 #ifndef PARE_VERSION
@@ -35,306 +31,71 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "pare's ONNX I/O assume
 constexpr int64_t kIrVersion = 8;
 // Protobuf refuses messages over 2 GiB; above this many initializer bytes, weights go external.
 constexpr int64_t kForceExternalBytes = 1800LL * 1000 * 1000;
-constexpr const char* kSupportedTypes =
-    "float32, float16, bfloat16, float64, int8, uint8, int16, int32, int64, bool";
-
-std::string dims_str(const std::vector<int64_t>& dims) {
-  std::string s = "[";
-  for (size_t i = 0; i < dims.size(); ++i) s += (i ? "," : "") + std::to_string(dims[i]);
-  return s + "]";
-}
 
 std::string base_name(const std::string& path) {
   auto slash = path.find_last_of('/');
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
-// "Gemm 'fc1'" (or "Gemm #3" when the node has no name) for messages before the Node exists.
-std::string node_label(const onnx::NodeProto& np, int index) {
-  if (!np.name().empty()) return np.op_type() + " '" + np.name() + "'";
-  return np.op_type() + " #" + std::to_string(index);
-}
-
-int64_t parse_int64(const std::string& s, const std::string& what) {
-  size_t used = 0;
-  long long v = 0;
-  try {
-    v = std::stoll(s, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  PARE_CHECK(used == s.size() && !s.empty(), what, " must be an integer, got '", s, "'");
-  return v;
-}
-
 // ---------------------------------------------------------------------------------------------
-// Reading
+// Reading: reader::Model (torch-free, validated) into a Graph
 
-// The tensor's bytes are copied into a fresh, owning CPU tensor only after the source is known to
-// hold exactly that many bytes, so a file that lies about a shape cannot trigger a huge allocation.
-struct ExternalRef {
-  std::string file;
-  int64_t offset = 0;
-  int64_t length = 0;
-};
-
-ExternalRef external_ref(const onnx::TensorProto& tp, const std::string& what,
-                         const std::string& model_dir, int64_t nbytes) {
-  std::string location;
-  int64_t offset = 0, length = -1;
-  for (const auto& kv : tp.external_data()) {
-    if (kv.key() == "location") location = kv.value();
-    else if (kv.key() == "offset") offset = parse_int64(kv.value(), what + " external data offset");
-    else if (kv.key() == "length") length = parse_int64(kv.value(), what + " external data length");
-  }
-  PARE_CHECK(!location.empty(), what, " is marked as external data but has no 'location'");
-  // Like onnx >= 1.14: the data must live inside the model's folder.
-  bool escapes = location[0] == '/';
-  for (size_t start = 0; start <= location.size();) {
-    size_t end = location.find('/', start);
-    if (end == std::string::npos) end = location.size();
-    if (location.compare(start, end - start, "..") == 0 && end - start == 2) escapes = true;
-    start = end + 1;
-  }
-  PARE_CHECK(!escapes, what, " has external data location '", location,
-             "': it must be a relative path inside the model's folder");
-  ExternalRef ref;
-  ref.file = join_path(model_dir, location);
-  std::ifstream in(ref.file, std::ios::binary | std::ios::ate);
-  PARE_CHECK(in.good(), what, " is stored in external file '", ref.file,
-             "', which cannot be opened");
-  const int64_t size = static_cast<int64_t>(in.tellg());
-  PARE_CHECK(offset >= 0 && offset <= size, what, " has external data offset ", offset, " but '",
-             ref.file, "' holds only ", size, " bytes");
-  if (length < 0) length = size - offset;  // no length: the rest of the file, as onnx does
-  PARE_CHECK(length <= size - offset, what, " has external data [", offset, ", ", offset, "+",
-             length, ") past the end of '", ref.file, "' (", size, " bytes)");
-  PARE_CHECK(length == nbytes, what, " has ", length, " bytes of external data in '", ref.file,
-             "' but its shape and type need ", nbytes);
-  ref.offset = offset;
-  ref.length = length;
-  return ref;
-}
-
-// External data is mapped rather than read: a tensor's pages come from disk when first touched,
-// so a process that keeps only some of the weights (a pipeline stage, a tensor-parallel slice of
-// each) never reads the others. The mapping is private (copy on write), so training may change the
-// weights in place; it lives as long as the tensor. pare replaces files by rename, which leaves a
-// mapped file intact.
-at::Tensor map_external(const ExternalRef& ref, const std::vector<int64_t>& dims, const at::TensorOptions& opts,
-                        const std::string& what) {
-  const int fd = ::open(ref.file.c_str(), O_RDONLY | O_CLOEXEC);
-  PARE_CHECK(fd >= 0, what, " is stored in external file '", ref.file, "', which cannot be opened");
-  const int64_t page = ::sysconf(_SC_PAGE_SIZE);
-  const int64_t start = ref.offset / page * page, skip = ref.offset - start;
-  const size_t span = static_cast<size_t>(skip + ref.length);
-  void* base = ::mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, start);
-  ::close(fd);
-  PARE_CHECK(base != MAP_FAILED, "cannot map ", ref.length, " bytes of ", what, " from '", ref.file, "'");
-  return at::from_blob(static_cast<char*>(base) + skip, dims, [base, span](void*) { ::munmap(base, span); }, opts);
-}
-
-at::Tensor tensor_from_proto(const onnx::TensorProto& tp, const std::string& what,
-                             const std::string& model_dir) {
-  const auto st = scalar_type_from_onnx(tp.data_type());
-  PARE_CHECK(st.has_value(), what, " has ONNX data type ", tp.data_type(), " (",
-             onnx::TensorProto_DataType_Name(tp.data_type()), "), which pare does not support (",
-             kSupportedTypes, ")");
-  PARE_CHECK(!tp.has_segment(), what, " is a segment of a tensor, which pare does not support");
-  std::vector<int64_t> dims(tp.dims().begin(), tp.dims().end());
-  const int64_t elem = static_cast<int64_t>(c10::elementSize(*st));
-  int64_t numel = 1;
-  for (int64_t d : dims) {
-    PARE_CHECK(d >= 0, what, " has a negative dimension in shape ", dims_str(dims));
-    PARE_CHECK(d == 0 || numel <= std::numeric_limits<int64_t>::max() / elem / d, what,
-               " has shape ", dims_str(dims), ", too large to address");
-    numel *= d;
-  }
-  const int64_t nbytes = numel * elem;
+// The reader's block becomes the tensor's storage: no copy.
+at::Tensor to_torch(const reader::Tensor& t) {
+  const auto st = scalar_type_from_onnx(t.elem_type);
+  PARE_ASSERT(st.has_value(), "the ONNX reader decoded ", reader::elem_type_name(t.elem_type));
   const auto opts = at::TensorOptions().dtype(*st);
-
-  if (tp.data_location() == onnx::TensorProto_DataLocation_EXTERNAL) {
-    ExternalRef ref = external_ref(tp, what, model_dir, nbytes);
-    if (nbytes == 0) return at::empty(dims, opts);
-    return map_external(ref, dims, opts, what);
-  }
-  if (tp.has_raw_data()) {
-    PARE_CHECK(static_cast<int64_t>(tp.raw_data().size()) == nbytes, what, " has ",
-               tp.raw_data().size(), " bytes of raw_data but shape ", dims_str(dims), " of ",
-               dtype_name(*st), " needs ", nbytes);
-    at::Tensor t = at::empty(dims, opts);
-    if (nbytes > 0) std::memcpy(t.data_ptr(), tp.raw_data().data(), nbytes);
-    return t;
-  }
-
-  // Typed fields: which one holds the values depends on the type (onnx.proto, TensorProto).
-  auto expect_count = [&](int count, const char* field) {
-    PARE_CHECK(count == numel, what, " has ", count, " values in ", field, " but shape ",
-               dims_str(dims), " needs ", numel);
-  };
-  at::Tensor t;
-  switch (*st) {
-    case at::kFloat:
-      expect_count(tp.float_data_size(), "float_data");
-      t = at::empty(dims, opts);
-      std::copy(tp.float_data().begin(), tp.float_data().end(), t.data_ptr<float>());
-      break;
-    case at::kDouble:
-      expect_count(tp.double_data_size(), "double_data");
-      t = at::empty(dims, opts);
-      std::copy(tp.double_data().begin(), tp.double_data().end(), t.data_ptr<double>());
-      break;
-    case at::kLong:
-      expect_count(tp.int64_data_size(), "int64_data");
-      t = at::empty(dims, opts);
-      std::copy(tp.int64_data().begin(), tp.int64_data().end(), t.data_ptr<int64_t>());
-      break;
-    case at::kInt:
-      expect_count(tp.int32_data_size(), "int32_data");
-      t = at::empty(dims, opts);
-      std::copy(tp.int32_data().begin(), tp.int32_data().end(), t.data_ptr<int32_t>());
-      break;
-    case at::kShort:
-    case at::kChar:
-    case at::kByte:
-    case at::kBool:
-    case at::kHalf:
-    case at::kBFloat16: {
-      // Narrow types are widened to int32 in int32_data; float16/bfloat16 hold their bit patterns.
-      expect_count(tp.int32_data_size(), "int32_data");
-      t = at::empty(dims, opts);
-      char* dst = static_cast<char*>(t.data_ptr());
-      for (int64_t i = 0; i < numel; ++i) {
-        const int32_t v = tp.int32_data(static_cast<int>(i));
-        if (elem == 1) {
-          dst[i] = *st == at::kBool ? static_cast<char>(v != 0) : static_cast<char>(v);
-        } else {
-          const uint16_t bits = static_cast<uint16_t>(v);
-          std::memcpy(dst + 2 * i, &bits, 2);
-        }
-      }
-      break;
-    }
-    default:
-      PARE_ASSERT(false, "unhandled type ", dtype_name(*st));
-  }
-  return t;
+  if (t.nbytes == 0) return at::empty(t.dims, opts);
+  std::shared_ptr<void> storage = t.storage;
+  return at::from_blob(t.data, t.dims, [storage](void*) mutable { storage.reset(); }, opts);
 }
 
-// Attribute type, inferred from the fields that are set for old models that omit `type`.
-onnx::AttributeProto::AttributeType attr_type(const onnx::AttributeProto& ap) {
-  using A = onnx::AttributeProto;
-  if (ap.type() != A::UNDEFINED) return ap.type();
-  if (ap.has_g() || ap.graphs_size()) return A::GRAPH;
-  if (ap.has_t()) return A::TENSOR;
-  if (ap.has_f()) return A::FLOAT;
-  if (ap.has_i()) return A::INT;
-  if (ap.has_s()) return A::STRING;
-  if (ap.floats_size()) return A::FLOATS;
-  if (ap.ints_size()) return A::INTS;
-  if (ap.strings_size()) return A::STRINGS;
-  return A::UNDEFINED;
-}
-
-AttrValue attr_from_proto(const onnx::AttributeProto& ap, const std::string& node,
-                          const std::string& model_dir) {
-  using A = onnx::AttributeProto;
-  const std::string what = "attribute '" + ap.name() + "' of node " + node;
-  switch (attr_type(ap)) {
-    case A::INT: return static_cast<int64_t>(ap.i());
-    case A::FLOAT: return ap.f();
-    case A::STRING: return ap.s();
-    case A::TENSOR: return tensor_from_proto(ap.t(), what, model_dir);
-    case A::INTS: return std::vector<int64_t>(ap.ints().begin(), ap.ints().end());
-    case A::FLOATS: return std::vector<float>(ap.floats().begin(), ap.floats().end());
-    case A::STRINGS: return std::vector<std::string>(ap.strings().begin(), ap.strings().end());
-    case A::GRAPH:
-    case A::GRAPHS:
-      throw InputError("node " + node + " has subgraph attribute '" + ap.name() +
-                       "': control flow (If, Loop, Scan) is not supported");
-    default:
-      throw InputError(what + " has kind " + A::AttributeType_Name(ap.type()) +
-                       ", which pare does not support (INT, FLOAT, STRING, TENSOR, INTS, FLOATS, "
-                       "STRINGS)");
-  }
+AttrValue to_attr(const reader::AttrValue& v) {
+  return std::visit(
+      [](const auto& x) -> AttrValue {
+        if constexpr (std::is_same_v<std::decay_t<decltype(x)>, reader::Tensor>) return to_torch(x);
+        else return x;
+      },
+      v);
 }
 
 // std::nullopt for an optional entry (value_info) pare cannot represent; required ones throw.
-std::optional<ValueInfo> value_info_from_proto(const onnx::ValueInfoProto& vp,
-                                               const std::string& role, bool required) {
-  const std::string what = role + " '" + vp.name() + "'";
-  if (!vp.type().has_tensor_type()) {
+std::optional<ValueInfo> to_value_info(const reader::ValueInfo& v, const std::string& role, bool required) {
+  const std::string what = role + " '" + v.name + "'";
+  if (!v.is_tensor) {
     PARE_CHECK(!required, what, " is not a tensor (sequence, map and optional types are not supported)");
     return std::nullopt;
   }
-  const auto& tt = vp.type().tensor_type();
-  const auto st = scalar_type_from_onnx(tt.elem_type());
+  const auto st = scalar_type_from_onnx(v.elem_type);
   if (!st) {
-    PARE_CHECK(!required, what, " has element type ", tt.elem_type(), " (",
-               onnx::TensorProto_DataType_Name(tt.elem_type()), "), which pare does not support (",
-               kSupportedTypes, ")");
+    PARE_CHECK(!required, what, " has element type ", reader::elem_type_name(v.elem_type),
+               ", which pare does not support (", reader::supported_types(), ")");
     return std::nullopt;
   }
   ValueInfo vi;
-  vi.name = vp.name();
+  vi.name = v.name;
   vi.dtype = *st;
-  vi.has_shape = tt.has_shape();
-  for (const auto& d : tt.shape().dim()) {
-    if (d.has_dim_value()) {
-      PARE_CHECK(d.dim_value() >= 0, what, " has negative dimension ", d.dim_value());
-      vi.shape.emplace_back(d.dim_value());
-    } else {
-      vi.shape.push_back(Dim::sym(d.dim_param()));  // "" when the dim is unknown and unnamed
-    }
-  }
+  vi.has_shape = v.has_shape;
+  for (const auto& d : v.dims) vi.shape.push_back(d.value >= 0 ? Dim(d.value) : Dim::sym(d.symbol));
   return vi;
 }
 
-Graph graph_from_proto(const onnx::ModelProto& m, const std::string& model_dir) {
-  PARE_CHECK(m.has_graph(), "not an ONNX model: it has no graph");
-  const onnx::GraphProto& gp = m.graph();
+Graph graph_from_model(const reader::Model& m) {
   Graph g;
-  g.name = gp.name().empty() ? g.name : gp.name();
-  g.doc = !m.doc_string().empty() ? m.doc_string() : gp.doc_string();
-  for (const auto& kv : m.metadata_props()) g.metadata[kv.key()] = kv.value();
-
-  bool has_default_opset = false;
-  for (const auto& op : m.opset_import()) {
-    if (op.domain().empty() || op.domain() == "ai.onnx") {
-      g.opset = op.version();
-      has_default_opset = true;
-    }
-  }
-  PARE_CHECK(has_default_opset, "the model imports no opset of the default ONNX domain");
-
-  PARE_CHECK(gp.sparse_initializer_size() == 0, "sparse initializers (first: '",
-             gp.sparse_initializer_size() ? gp.sparse_initializer(0).values().name() : "",
-             "') are not supported");
-  for (const auto& tp : gp.initializer()) {
-    PARE_CHECK(!tp.name().empty(), "an initializer has no name");
-    PARE_CHECK(!g.initializers.count(tp.name()), "initializer '", tp.name(), "' is defined twice");
-    g.initializers[tp.name()] = tensor_from_proto(tp, "initializer '" + tp.name() + "'", model_dir);
-  }
-  for (const auto& vp : gp.input()) {
-    if (g.initializers.count(vp.name())) continue;  // old exporters list weights as inputs too
-    g.inputs.push_back(*value_info_from_proto(vp, "graph input", true));
-  }
-  for (const auto& vp : gp.output()) g.outputs.push_back(*value_info_from_proto(vp, "graph output", true));
-  for (const auto& vp : gp.value_info()) {
-    if (auto vi = value_info_from_proto(vp, "value_info", false)) g.value_info.push_back(std::move(*vi));
-  }
-
-  for (int i = 0; i < gp.node_size(); ++i) {
-    const onnx::NodeProto& np = gp.node(i);
-    const std::string label = node_label(np, i);
+  g.name = m.graph_name.empty() ? g.name : m.graph_name;
+  g.doc = m.doc;
+  for (const auto& [k, v] : m.metadata) g.metadata[k] = v;
+  g.opset = m.opset;
+  for (const auto& [name, t] : m.initializers) g.initializers[name] = to_torch(t);
+  for (const auto& v : m.inputs) g.inputs.push_back(*to_value_info(v, "graph input", true));
+  for (const auto& v : m.outputs) g.outputs.push_back(*to_value_info(v, "graph output", true));
+  for (const auto& v : m.value_info)
+    if (auto vi = to_value_info(v, "value_info", false)) g.value_info.push_back(std::move(*vi));
+  for (const auto& n : m.nodes) {
     std::map<std::string, AttrValue> attrs;
-    for (const auto& ap : np.attribute()) {
-      PARE_CHECK(!attrs.count(ap.name()), "node ", label, " has attribute '", ap.name(), "' twice");
-      attrs.emplace(ap.name(), attr_from_proto(ap, label, model_dir));
-    }
-    Node& n = g.add_node(np.op_type(), {np.input().begin(), np.input().end()},
-                         {np.output().begin(), np.output().end()}, std::move(attrs), np.name());
-    n.domain = np.domain() == "ai.onnx" ? "" : np.domain();
+    for (const auto& [k, v] : n.attrs) attrs.emplace(k, to_attr(v));
+    Node& node = g.add_node(n.op_type, n.inputs, n.outputs, std::move(attrs), n.name);
+    node.domain = n.domain;
   }
   return g;
 }
@@ -480,28 +241,17 @@ Graph parse_onnx(const std::string& bytes, const std::string& origin) {
 }
 
 Graph parse_onnx(const std::string& bytes, const std::string& origin, const OnnxLoadOptions& opts) {
-  const std::string where = "'" + origin + "'";
-  PARE_CHECK(bytes.size() <= static_cast<size_t>(INT_MAX), where, " is not a loadable ONNX model: ",
-             bytes.size(), " bytes exceed protobuf's 2 GB limit (store weights as external data)");
-  onnx::ModelProto m;
-  bool parsed = false;
+  const reader::Model m = reader::parse_model(bytes, origin);  // names `origin` in its errors
   try {
-    parsed = m.ParseFromString(bytes);
-  } catch (const std::exception& e) {
-    throw InputError(where + " is not a valid ONNX model: " + e.what());
-  }
-  PARE_CHECK(parsed, where, " is not a valid ONNX model: its ", bytes.size(),
-             " bytes do not parse as an ONNX ModelProto (truncated or not ONNX)");
-  try {
-    Graph g = graph_from_proto(m, dir_name(origin));
+    Graph g = graph_from_model(m);
     if (opts.verify_) g.verify();
     return g;
   } catch (const InputError& e) {
-    throw InputError(where + ": " + e.what());
+    throw InputError("'" + origin + "': " + e.what());
   } catch (const Error&) {
     throw;
-  } catch (const std::exception& e) {  // c10::Error, std::bad_alloc, onnx's own exceptions
-    throw InputError(where + ": " + e.what());
+  } catch (const std::exception& e) {  // c10::Error, std::bad_alloc
+    throw InputError("'" + origin + "': " + e.what());
   }
 }
 

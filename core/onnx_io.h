@@ -5,9 +5,10 @@
 //   save_onnx(big, "out/big.onnx", OnnxSaveOptions().external_data(true));  // + big.onnx.data
 //
 // Supported: initializers and TENSOR attributes of f32 f16 bf16 f64 int8 uint8 int16 int32 int64
-// bool (raw_data, the typed *_data fields, or external data files); attributes INT FLOAT STRING
-// TENSOR INTS FLOATS STRINGS; symbolic dims (dim_param). Not supported (InputError): control flow
-// (GRAPH attributes), sparse initializers, string tensors.
+// bool (raw_data, the typed *_data fields, or external data files), sparse initializers (made
+// dense); attributes INT FLOAT STRING TENSOR INTS FLOATS STRINGS; symbolic dims (dim_param). Not
+// supported (InputError): control flow (GRAPH attributes), string tensors. The file is read and
+// checked by core/onnx_reader.h, which the edge runtime shares.
 #pragma once
 
 #include <cstdint>

@@ -1,0 +1,178 @@
+// pare::rt::Model: load (read, check, lower, plan batch 1), run (check the inputs, pick or build the
+// plan of their shapes, execute).
+#include <omp.h>
+
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <sstream>
+
+#include "core/file_util.h"
+#include "export/runtime/internal.h"
+
+namespace pare::rt {
+
+struct Model::Impl {
+  Graph graph;
+  LoweringReport report;
+  std::vector<std::pair<std::string, std::string>> metadata;
+  int threads = 0;
+  dnnl::stream stream{cpu_engine()};
+  WeightCache weights;
+  std::map<std::pair<std::vector<std::vector<int64_t>>, int>, std::unique_ptr<Plan>> plans;
+  std::mutex mu;
+
+  // Sets OpenMP's thread count for the calling thread while in scope (oneDNN and the reference
+  // kernels read it), restoring the caller's afterwards.
+  struct Threads {
+    int before;
+    explicit Threads(int n) : before(omp_get_max_threads()) {
+      if (n > 0) omp_set_num_threads(n);
+    }
+    ~Threads() { omp_set_num_threads(before); }
+  };
+
+  Plan& plan_for(const std::vector<std::vector<int64_t>>& dims) {
+    auto key = std::make_pair(dims, omp_get_max_threads());
+    auto it = plans.find(key);
+    if (it != plans.end()) return *it->second;
+    std::unique_ptr<Plan> p;
+    try {
+      p = build_plan(graph, dims, cpu_engine(), stream, weights);
+    } catch (const InputError& e) {
+      throw InputError("'" + graph.origin + "': " + e.what());
+    }
+    Plan& ref = *p;
+    // Extra outputs learn their dtype and dims from the first plan.
+    for (size_t k = 0; k < graph.output_specs.size(); ++k) {
+      ValueSpec& s = graph.output_specs[k];
+      const PValue& v = ref.values[static_cast<size_t>(ref.outputs[k])];
+      if (s.dims.empty() && s.symbols.empty()) {
+        s.dtype = v.dtype;
+        s.dims = v.dims;
+        s.symbols.assign(v.dims.size(), "");
+      }
+    }
+    plans.emplace(key, std::move(p));
+    return ref;
+  }
+};
+
+Model::Model(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Model::Model(Model&&) noexcept = default;
+Model& Model::operator=(Model&&) noexcept = default;
+Model::~Model() = default;
+
+Model Model::load(const std::string& path, const Options& opts) {
+  return load_bytes(read_file(path), path, opts);
+}
+
+Model Model::load_bytes(const std::string& bytes, const std::string& origin, const Options& opts) {
+  PARE_CHECK(opts.threads_ >= 0, "threads must be >= 0, got ", opts.threads_);
+  const reader::Model m = reader::parse_model(bytes, origin);
+  Options o = opts;
+  // PARE_RT_INT8=0 runs QDQ models as the exact float simulation (for checking the int8 kernels).
+  if (const char* e = std::getenv("PARE_RT_INT8"); e && std::string(e) == "0") o.int8(false);
+  auto impl = std::make_unique<Impl>();
+  impl->threads = opts.threads_;
+  impl->metadata = m.metadata;
+  try {
+    impl->graph = build_graph(m, o, impl->report);
+  } catch (const InputError& e) {
+    throw InputError("'" + origin + "': " + e.what());
+  }
+  // Plan batch 1 now: shape and type errors surface at load, and the first run is quick.
+  std::vector<std::vector<int64_t>> dims;
+  for (auto& s : impl->graph.input_specs) {
+    std::vector<int64_t> d;
+    for (int64_t x : s.dims) d.push_back(x >= 0 ? x : 1);
+    dims.push_back(d);
+  }
+  Impl::Threads t(impl->threads);
+  impl->plan_for(dims);
+  return Model(std::move(impl));
+}
+
+const std::vector<ValueSpec>& Model::inputs() const { return impl_->graph.input_specs; }
+const std::vector<ValueSpec>& Model::outputs() const { return impl_->graph.output_specs; }
+const std::vector<std::pair<std::string, std::string>>& Model::metadata() const { return impl_->metadata; }
+const LoweringReport& Model::report() const { return impl_->report; }
+
+void Model::set_threads(int threads) {
+  PARE_CHECK(threads >= 0, "threads must be >= 0, got ", threads);
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->threads = threads;
+}
+
+int Model::threads() const { return impl_->threads; }
+
+int64_t Model::arena_bytes() const {
+  int64_t n = 0;
+  for (auto& [k, p] : impl_->plans) n += p->arena_bytes;
+  return n;
+}
+
+int64_t Model::weight_bytes() const {
+  int64_t n = impl_->weights.bytes();
+  for (auto& v : impl_->graph.values)
+    if (v.constant) n += v.constant->nbytes();
+  return n;
+}
+
+std::vector<TensorView> Model::run(const std::vector<TensorView>& inputs) {
+  Impl& m = *impl_;
+  const auto& specs = m.graph.input_specs;
+  const std::string& origin = m.graph.origin;
+  PARE_CHECK(inputs.size() == specs.size(), "'", origin, "' takes ", specs.size(), " input(s), got ", inputs.size());
+  std::map<std::string, int64_t> symbols;
+  std::vector<std::vector<int64_t>> dims;
+  for (size_t k = 0; k < specs.size(); ++k) {
+    const ValueSpec& s = specs[k];
+    const TensorView& x = inputs[k];
+    PARE_CHECK(x.dtype == s.dtype, "input '", s.name, "' of '", origin, "' must be ", dtype_name(s.dtype), ", got ",
+               dtype_name(x.dtype));
+    PARE_CHECK(x.dims.size() == s.dims.size(), "input '", s.name, "' of '", origin, "' must have rank ", s.dims.size(),
+               ", got ", dims_str(x.dims));
+    for (size_t d = 0; d < s.dims.size(); ++d) {
+      PARE_CHECK(x.dims[d] >= 0, "input '", s.name, "' has negative dim ", x.dims[d]);
+      if (s.dims[d] >= 0) {
+        PARE_CHECK(x.dims[d] == s.dims[d], "input '", s.name, "' of '", origin, "' must have dim ", d, " = ",
+                   s.dims[d], ", got ", dims_str(x.dims));
+      } else if (!s.symbols[d].empty()) {
+        auto [it, fresh] = symbols.emplace(s.symbols[d], x.dims[d]);
+        PARE_CHECK(fresh || it->second == x.dims[d], "inputs of '", origin, "' disagree on dim '", s.symbols[d],
+                   "': ", it->second, " and ", x.dims[d]);
+      }
+    }
+    PARE_CHECK(x.data || x.numel() == 0, "input '", s.name, "' has no data");
+    dims.push_back(x.dims);
+  }
+  std::lock_guard<std::mutex> lock(m.mu);
+  Impl::Threads t(m.threads);
+  Plan& p = m.plan_for(dims);
+  run_plan(p, inputs, m.stream);
+  std::vector<TensorView> out;
+  for (int v : p.outputs) {
+    const PValue& pv = p.values[static_cast<size_t>(v)];
+    out.push_back(TensorView{pv.dtype, pv.dims, p.ptrs[static_cast<size_t>(v)]});
+  }
+  return out;
+}
+
+std::string backend_version() {
+  const dnnl_version_t* v = dnnl_version();
+  std::ostringstream os;
+  os << "oneDNN " << v->major << "." << v->minor << "." << v->patch;
+  switch (dnnl::get_effective_cpu_isa()) {
+    case dnnl::cpu_isa::avx512_core_vnni: os << " (avx512_core_vnni)"; break;
+    case dnnl::cpu_isa::avx512_core_bf16: os << " (avx512_core_bf16)"; break;
+    case dnnl::cpu_isa::avx512_core_amx: os << " (avx512_core_amx)"; break;
+    case dnnl::cpu_isa::avx512_core: os << " (avx512_core)"; break;
+    case dnnl::cpu_isa::avx2_vnni: os << " (avx2_vnni)"; break;
+    case dnnl::cpu_isa::avx2: os << " (avx2)"; break;
+    default: os << " (" << static_cast<int>(dnnl::get_effective_cpu_isa()) << ")"; break;
+  }
+  return os.str();
+}
+
+}  // namespace pare::rt
