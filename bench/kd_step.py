@@ -3,7 +3,8 @@
 
     /usr/bin/python3 bench/kd_step.py [--pare PATH] [--batches 32,128] [--steps 200] [--warmup 20]
         [--student-steps 3*STEPS] [--threads 2] [--repeats 1] [--teacher FILE.onnx]
-        [--student mlp:784-300-100-10] [--teacher-split test] [--json FILE]
+        [--student mlp:784-300-100-10] [--teacher-split test] [--teacher-engines torch,rt,rt-int8]
+        [--json FILE]
 
 A KD step is: teacher forward (eval mode, no grad), student forward, loss = alpha * KL(batchmean,
 T) * T^2 + (1 - alpha) * cross-entropy (T = 4, alpha = 0.9: pare's defaults), backward, Adam step
@@ -11,7 +12,11 @@ T) * T^2 + (1 - alpha) * cross-entropy (T = 4, alpha = 0.9: pare's defaults), ba
   - pare: `pare distill --teacher TEACHER.onnx --student SPEC --data fashion-mnist --batch-size B
     --max-steps N --no-val --quiet --json --threads T --metrics FILE`, run with WARMUP and
     WARMUP+STEPS steps; the steady-state figure is STEPS*B / (seconds(WARMUP+STEPS) -
-    seconds(WARMUP)), the seconds summed over the per-epoch lines of the metrics file.
+    seconds(WARMUP)), the seconds summed over the per-epoch lines of the metrics file. Once per
+    --teacher-engines entry: `torch` (the teacher in pare's libtorch interpreter), `rt` (the same
+    teacher file on pare_rt, `--teacher-engine rt`) and `rt-int8` (the teacher quantized by `pare
+    quantize TEACHER --calib fashion-mnist`, on pare_rt's int8 kernels: not the same numbers, so
+    its row measures speed only).
   - PyTorch (/usr/bin/python3, torch.set_num_threads(T)): the teacher and student written in
     torch.nn (bench_util.torch_model), the teacher's weights read from the same ONNX file with
     onnx.numpy_helper, the same loop with the same per-step work as pare's Trainer (loss.item(),
@@ -213,16 +218,18 @@ def check_teacher(args, tmp):
     return diff
 
 
-def measure_pare_kd(args, batch, tmp, launcher=(), threads=None, extra=()):
+def measure_pare_kd(args, batch, tmp, launcher=(), threads=None, extra=(), teacher=None):
     """Steady-state samples/s of `pare distill`; `launcher` (e.g. pare launch ... --) runs it on
-    several ranks, `threads` overrides args.threads per process, `extra` are more distill flags."""
+    several ranks, `threads` overrides args.threads per process, `extra` are more distill flags,
+    `teacher` another teacher file than args.teacher."""
     threads = args.threads if threads is None else threads
+    teacher = teacher or args.teacher
 
     def distill(steps):
         metrics = os.path.join(tmp, "metrics.jsonl")
         if os.path.exists(metrics):
             os.remove(metrics)
-        run_json(list(launcher) + [args.pare, "distill", "--teacher", args.teacher, "--student", args.student,
+        run_json(list(launcher) + [args.pare, "distill", "--teacher", teacher, "--student", args.student,
                   "--data", "fashion-mnist", "--temperature", str(TEMPERATURE), "--alpha", str(ALPHA),
                   "--epochs", "100", "--batch-size", str(batch), "--lr", str(LR), "--optimizer", "adam",
                   "--seed", "0", "--max-steps", str(steps), "--no-val", "--quiet", "--json",
@@ -272,6 +279,9 @@ def main():
     ap.add_argument("--student", default="mlp:784-300-100-10", help="student zoo spec")
     ap.add_argument("--teacher-split", default="test",
                     help="split `pare eval` times the teacher forward on (train: 60000 samples, test: 10000)")
+    ap.add_argument("--teacher-engines", default="torch,rt,rt-int8",
+                    help="pare teacher engines to time: torch, rt (pare_rt, same teacher), rt-int8 (pare_rt, "
+                         "the teacher quantized); the first is the one the detailed tables use")
     ap.add_argument("--json", default="", help="also write the results to this file")
     ap.add_argument("--torch-worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--torch-check", action="store_true", help=argparse.SUPPRESS)
@@ -287,6 +297,10 @@ def main():
 
     args.pare = find_pare(args.pare, WHO)
     batches = [int(b) for b in args.batches.split(",") if b]
+    engines = [e for e in args.teacher_engines.split(",") if e]
+    for e in engines:
+        if e not in ("torch", "rt", "rt-int8"):
+            sys.exit(f"{WHO}: --teacher-engines takes torch, rt and rt-int8, got {e}")
     torch_model(args.student, WHO)  # fail early on a student without a torch equivalent
     tmp = tempfile.mkdtemp(prefix="pare-bench-")
     rows = []
@@ -295,6 +309,20 @@ def main():
         if not args.teacher:
             args.teacher = make_teacher(args, tmp)
         diff = check_teacher(args, tmp)
+        int8_teacher = None
+        if "rt-int8" in engines:
+            int8_teacher = os.path.join(tmp, "teacher.int8.onnx")
+            import subprocess
+            p = subprocess.run([args.pare, "quantize", args.teacher, "--calib", "fashion-mnist", "--quiet", "--out",
+                                int8_teacher], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            if p.returncode != 0:
+                sys.exit(f"{WHO}: pare quantize failed (exit {p.returncode}):\n{p.stderr[-3000:]}")
+
+        def engine_kd(e, batch):
+            if e == "torch":
+                return measure_pare_kd(args, batch, tmp)
+            return measure_pare_kd(args, batch, tmp, extra=["--teacher-engine", "rt"],
+                                   teacher=int8_teacher if e == "rt-int8" else None)
         print(f"# KD step: teacher {teacher_desc}, student {args.student}, T={TEMPERATURE:g} "
               f"alpha={ALPHA:g}, Adam lr {LR:g}; {args.warmup} warm-up + {args.steps} timed steps "
               f"({args.student_steps} for the student alone), "
@@ -303,8 +331,11 @@ def main():
               flush=True)
         for batch in batches:
             pk, pt, ps, d, t = [], [], [], [], []
+            pe = {e: [] for e in engines[1:]}
             for _ in range(args.repeats):
-                pk.append(measure_pare_kd(args, batch, tmp))
+                pk.append(engine_kd(engines[0], batch))
+                for e in engines[1:]:
+                    pe[e].append(engine_kd(e, batch))
                 pt.append(measure_pare_teacher(args, batch))
                 ps.append(measure_pare_train(args.pare, args.student, batch, args.warmup,
                                              args.student_steps, args.threads, tmp, WHO))
@@ -323,9 +354,13 @@ def main():
                    "torch_tuned_malloc": best(t, "kd"),
                    "torch_tuned_teacher": best(t, "teacher"),
                    "torch_tuned_student": best(t, "student"),
-                   "torch_version": d[0].get("torch", "")}
+                   "torch_version": d[0].get("torch", ""), "engine": engines[0]}
             row["ratio_vs_default"] = row["pare"] / row["torch_default_malloc"]
             row["ratio_vs_tuned"] = row["pare"] / row["torch_tuned_malloc"]
+            for e in engines[1:]:
+                key = "pare_" + e.replace("-", "_")
+                row[key] = best(pe[e], "steady_samples_per_s")
+                row[key + "_vs_tuned"] = row[key] / row["torch_tuned_malloc"]
             rows.append(row)
             print(f"# batch {batch}: pare {row['pare']:.0f} samples/s (reported "
                   f"{row['pare_reported']:.0f}), torch {row['torch_default_malloc']:.0f}, torch tuned "
@@ -333,7 +368,18 @@ def main():
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
-    print("\nKD step (teacher forward + student forward/backward/Adam), samples/s:")
+    if len(engines) > 1:
+        print(f"\nKD step by pare teacher engine (--teacher-engine), samples/s and ratio to PyTorch with the "
+              f"tuned malloc:")
+        print_table(("batch",) + tuple(f"pare {e}" for e in engines) + ("torch tuned malloc",) +
+                    tuple(f"{e}/torch tuned" for e in engines),
+                    [(str(r["batch"]), f"{r['pare']:.0f}") +
+                     tuple(f"{r['pare_' + e.replace('-', '_')]:.0f}" for e in engines[1:]) +
+                     (f"{r['torch_tuned_malloc']:.0f}", f"{r['ratio_vs_tuned']:.2f}x") +
+                     tuple(f"{r['pare_' + e.replace('-', '_') + '_vs_tuned']:.2f}x" for e in engines[1:])
+                     for r in rows])
+
+    print(f"\nKD step (teacher forward + student forward/backward/Adam; pare teacher engine {engines[0]}), samples/s:")
     print_table(("batch", "pare samples/s", "(pare reported)", "torch samples/s", "torch tuned malloc",
                  "pare/torch", "pare/torch tuned"),
                 [(str(r["batch"]), f"{r['pare']:.0f}", f"{r['pare_reported']:.0f}",

@@ -8,6 +8,7 @@
 #include "core/data.h"
 #include "core/module.h"
 #include "core/onnx_io.h"
+#include "distill/teacher.h"
 #include "distill/trainer.h"
 
 namespace pare::cli {
@@ -15,7 +16,7 @@ namespace pare::cli {
 void add_eval(CLI::App& app, Action& action) {
   auto* cmd = app.add_subcommand("eval", "Accuracy, loss and throughput of a classifier on a dataset");
   struct Opts {
-    std::string model, data, split = "test", normalize;
+    std::string model, data, split = "test", normalize, engine = "torch";
     int64_t batch_size = 512;
     bool json = false;
     int threads = 0;
@@ -27,7 +28,12 @@ void add_eval(CLI::App& app, Action& action) {
   cmd->add_option("--batch-size,-b", o->batch_size, "Samples per forward")->capture_default_str();
   cmd->add_option("--normalize", o->normalize,
                   "MEAN,STD applied to inputs (default: what the model's metadata records)");
-  cmd->add_option("--threads", o->threads, "Intra-op threads (0: libtorch's default)");
+  cmd->add_option("--threads", o->threads, "Intra-op threads (0: every core)");
+  cmd->add_option("--engine", o->engine,
+                  "torch: pare's libtorch interpreter (QDQ simulated exactly); rt: pare_rt, the oneDNN edge "
+                  "runtime (QDQ on int8 kernels): the accuracy a deployed model has")
+      ->check(CLI::IsMember({"torch", "rt"}))
+      ->capture_default_str();
   cmd->add_flag("--json", o->json, "Print the result as JSON");
   cmd->callback([&action, o] {
     action = [o] {
@@ -38,10 +44,16 @@ void add_eval(CLI::App& app, Action& action) {
       std::string norm = o->normalize;
       if (norm.empty() && g.metadata.count("pare.normalize")) norm = g.metadata["pare.normalize"];
       if (!norm.empty()) core::normalize(ds, norm);
-      core::Module model(std::move(g));
-      auto r = distill::evaluate(model, ds, o->batch_size);
+      distill::EvalResult r;
+      if (o->engine == "rt") {
+        distill::RtTeacher rt(o->model);  // a model run by pare_rt, as a teacher is
+        r = distill::evaluate([&](const at::Tensor& x) { return rt.logits(x); }, ds, o->batch_size, rt.describe());
+      } else {
+        core::Module model(std::move(g));
+        r = distill::evaluate(model, ds, o->batch_size);
+      }
       if (o->json) {
-        std::cout << nlohmann::json{{"model", o->model}, {"data", o->data}, {"split", o->split},
+        std::cout << nlohmann::json{{"model", o->model}, {"data", o->data}, {"split", o->split}, {"engine", o->engine},
                                     {"accuracy", r.accuracy}, {"loss", r.loss},
                                     {"samples", r.samples}, {"seconds", r.seconds},
                                     {"samples_per_s", r.samples_per_s}}

@@ -45,7 +45,7 @@ void add_inspect(CLI::App& app, Action& action) {
     action = [model, json] {
       if (ends_with(*model, ".safetensors") || ends_with(*model, ".safetensors.index.json"))
         return inspect_safetensors(*model, *json);
-      auto s = core::summarize(core::load_model(*model));
+      auto s = core::summarize_model(*model);
       if (*json) std::cout << core::to_json(s).dump(2) << "\n";
       else std::cout << core::to_text(s);
     };

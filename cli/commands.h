@@ -27,6 +27,7 @@ void add_teacher_cache(CLI::App& app, Action& action);
 void add_prune(CLI::App& app, Action& action);
 void add_quantize(CLI::App& app, Action& action);
 void add_bench(CLI::App& app, Action& action);
+void add_export(CLI::App& app, Action& action);
 
 /// Sets libtorch's intra-op thread count (0 keeps its default).
 void set_threads(int threads);
@@ -50,9 +51,10 @@ struct TrainingRun {
                                        core::Graph& model, distill::TrainerOptions& opts) const;
 };
 
-/// --teacher-parallel and --teacher-memory: a teacher sharded over the ranks (dist/shard.h).
+/// How teachers are run: --teacher-engine (libtorch or pare_rt), and --teacher-parallel /
+/// --teacher-memory for a teacher sharded over the ranks (dist/shard.h).
 struct TeacherSharding {
-  std::string mode = "none";
+  std::string mode = "none", engine = "torch";
   double memory_mb = 0;
 
   void add_options(CLI::App* cmd);

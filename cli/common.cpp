@@ -17,6 +17,11 @@ void set_threads(int threads) {
 }
 
 void TeacherSharding::add_options(CLI::App* cmd) {
+  cmd->add_option("--teacher-engine", engine,
+                  "torch: the teacher runs in pare's libtorch interpreter; rt: on pare_rt, the oneDNN inference "
+                  "runtime (faster; int8 kernels for a quantized teacher from pare quantize)")
+      ->check(CLI::IsMember({"torch", "rt"}))
+      ->capture_default_str();
   cmd->add_option("--teacher-parallel", mode,
                   "Under pare launch or torchrun: shard the teacher over the ranks, tensor (tp) or pipeline "
                   "(pp) parallel, or let auto pick from its size, the memory and the world")
@@ -31,7 +36,10 @@ std::unique_ptr<distill::Teacher> TeacherSharding::load(const std::vector<std::s
                                                         const std::shared_ptr<dist::ProcessGroup>& pg,
                                                         bool quiet) const {
   auto chosen = dist::parse_teacher_parallel(mode, "--teacher-parallel");
-  if (chosen == dist::TeacherParallel::kNone) return distill::load_teachers(specs, weights, seed);
+  const auto eng = distill::parse_teacher_engine(engine, "--teacher-engine");
+  if (chosen == dist::TeacherParallel::kNone) return distill::load_teachers(specs, weights, seed, eng);
+  PARE_CHECK(eng == distill::TeacherEngine::kTorch, "--teacher-parallel ", mode, " shards the teacher in the libtorch "
+             "interpreter; it does not combine with --teacher-engine rt");
   PARE_CHECK(specs.size() == 1, "--teacher-parallel ", mode, " shards one teacher, got ", specs.size());
   distill::normalize_teacher_weights(weights, 1);  // checked as for a whole teacher
   const std::string& spec = specs[0];

@@ -65,6 +65,7 @@ int main(int argc, char** argv) {
   pare::cli::add_eval(app, action);
   pare::cli::add_quantize(app, action);
   pare::cli::add_bench(app, action);
+  pare::cli::add_export(app, action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -1,6 +1,6 @@
 // Converts between ONNX files and core::Graph: reading through the torch-free reader
-// (core/onnx_reader.h), writing a ModelProto with external data files, the ONNX checker and atomic
-// writes.
+// (core/onnx_reader.h), writing a ModelProto with sparse initializers (COO) and external data
+// files, the ONNX checker and atomic writes.
 #include "core/onnx_io.h"
 
 #include <onnx/checker.h>
@@ -112,6 +112,40 @@ void tensor_to_proto(const at::Tensor& src, onnx::TensorProto* tp) {
   else tp->set_raw_data(static_cast<const char*>(t.data_ptr()), nbytes);
 }
 
+// COO parts of a tensor: the int64 linear positions (ascending, as the checker requires) of the
+// elements whose bits are not all zero, and those elements. Comparing bits rather than values
+// keeps -0.0 (and NaN payloads) exact through a round trip.
+std::pair<at::Tensor, at::Tensor> coo_of(const at::Tensor& src) {
+  const at::Tensor flat = src.detach().to(at::kCPU).contiguous().reshape({-1});
+  at::ScalarType bits = at::kByte;
+  switch (flat.element_size()) {
+    case 1: bits = at::kByte; break;
+    case 2: bits = at::kShort; break;
+    case 4: bits = at::kInt; break;
+    case 8: bits = at::kLong; break;
+    default: PARE_ASSERT(false, "no integer type of ", flat.element_size(), " bytes for ", flat.scalar_type());
+  }
+  const at::Tensor as_bits = flat.scalar_type() == bits ? flat : flat.view(bits);
+  at::Tensor idx = at::nonzero(as_bits).reshape({-1}).contiguous();
+  return {idx, flat.index_select(0, idx)};
+}
+
+// `t` as a sparse_initializer: values [NNZ] named `name`, int64 linear indices [NNZ], the dense dims.
+void sparse_to_proto(const std::string& name, const at::Tensor& t, onnx::SparseTensorProto* sp) {
+  const auto [idx, values] = coo_of(t);
+  tensor_to_proto(values, sp->mutable_values());
+  sp->mutable_values()->set_name(name);
+  tensor_to_proto(idx, sp->mutable_indices());
+  for (int64_t d : t.sizes()) sp->add_dims(d);
+}
+
+// Bytes a length-delimited field of `n` bytes with a one-byte tag takes in its parent message.
+int64_t field_bytes(size_t n) {
+  int64_t varint = 1;
+  for (size_t v = n; v >= 0x80; v >>= 7) ++varint;
+  return 1 + varint + static_cast<int64_t>(n);
+}
+
 void value_info_to_proto(const ValueInfo& vi, onnx::ValueInfoProto* vp) {
   vp->set_name(vi.name);
   auto* tt = vp->mutable_type()->mutable_tensor_type();
@@ -160,7 +194,15 @@ void attr_to_proto(const std::string& name, const AttrValue& v, onnx::AttributeP
   }
 }
 
-onnx::ModelProto model_from_graph(const Graph& g) {
+onnx::ModelProto model_from_graph(const Graph& g, const std::set<std::string>& sparse = {}) {
+  for (const auto& name : sparse) {
+    auto it = g.initializers.find(name);
+    PARE_CHECK(it != g.initializers.end(), "cannot write '", name, "' of model '", g.name,
+               "' as a sparse initializer: the model has no initializer of that name");
+    PARE_CHECK(it->second.dim() >= 1 && it->second.numel() > 0, "cannot write initializer '", name, "' of model '",
+               g.name, "' as a sparse initializer: its shape is ", it->second.sizes(),
+               "; ONNX sparse initializers need rank >= 1 and positive dims");
+  }
   onnx::ModelProto m;
   m.set_ir_version(kIrVersion);
   m.set_producer_name("pare");
@@ -189,6 +231,10 @@ onnx::ModelProto model_from_graph(const Graph& g) {
   for (const auto& vi : g.outputs) value_info_to_proto(vi, gp->add_output());
   for (const auto& vi : g.value_info) value_info_to_proto(vi, gp->add_value_info());
   for (const auto& [name, t] : g.initializers) {
+    if (sparse.count(name)) {
+      sparse_to_proto(name, t, gp->add_sparse_initializer());
+      continue;
+    }
     auto* tp = gp->add_initializer();
     tp->set_name(name);
     tensor_to_proto(t, tp);
@@ -232,16 +278,8 @@ std::string serialize(const onnx::ModelProto& m, const std::string& what) {
   return bytes;
 }
 
-}  // namespace
-
-// ---------------------------------------------------------------------------------------------
-
-Graph parse_onnx(const std::string& bytes, const std::string& origin) {
-  return parse_onnx(bytes, origin, OnnxLoadOptions());
-}
-
-Graph parse_onnx(const std::string& bytes, const std::string& origin, const OnnxLoadOptions& opts) {
-  const reader::Model m = reader::parse_model(bytes, origin);  // names `origin` in its errors
+// A Graph from what the reader read; errors name `origin`.
+Graph graph_of(const reader::Model& m, const std::string& origin, const OnnxLoadOptions& opts) {
   try {
     Graph g = graph_from_model(m);
     if (opts.verify_) g.verify();
@@ -255,21 +293,62 @@ Graph parse_onnx(const std::string& bytes, const std::string& origin, const Onnx
   }
 }
 
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+
+Graph parse_onnx(const std::string& bytes, const std::string& origin) {
+  return parse_onnx(bytes, origin, OnnxLoadOptions());
+}
+
+Graph parse_onnx(const std::string& bytes, const std::string& origin, const OnnxLoadOptions& opts) {
+  return graph_of(reader::parse_model(bytes, origin), origin, opts);  // the reader names `origin`
+}
+
 Graph load_onnx(const std::string& path) { return load_onnx(path, OnnxLoadOptions()); }
 
 Graph load_onnx(const std::string& path, const OnnxLoadOptions& opts) {
   return parse_onnx(read_file(path), path, opts);
 }
 
-std::string serialize_onnx(const Graph& g, bool check) {
-  const onnx::ModelProto m = model_from_graph(g);
+Graph load_onnx(const std::string& path, const OnnxLoadOptions& opts, OnnxFileInfo* info) {
+  const std::string bytes = read_file(path);
+  const reader::Model m = reader::parse_model(bytes, path);
+  if (info) {
+    info->file_bytes = static_cast<int64_t>(bytes.size());
+    info->sparse_initializers = m.sparse_initializers;
+  }
+  return graph_of(m, path, opts);
+}
+
+SparseCost sparse_cost(const std::string& name, const at::Tensor& t) {
+  PARE_CHECK(t.dim() >= 1 && t.numel() > 0, "initializer '", name, "' has shape ", t.sizes(),
+             "; ONNX sparse initializers need rank >= 1 and positive dims");
+  onnx::TensorProto dense;
+  dense.set_name(name);
+  tensor_to_proto(t, &dense);
+  onnx::SparseTensorProto sp;
+  sparse_to_proto(name, t, &sp);
+  SparseCost c;
+  c.elements = t.numel();
+  c.nonzeros = sp.values().dims(0);
+  // GraphProto's initializer (5) and sparse_initializer (15) both have one-byte tags.
+  c.dense_bytes = field_bytes(dense.ByteSizeLong());
+  c.sparse_bytes = field_bytes(sp.ByteSizeLong());
+  return c;
+}
+
+std::string serialize_onnx(const Graph& g, bool check) { return serialize_onnx(g, OnnxSaveOptions().check(check)); }
+
+std::string serialize_onnx(const Graph& g, const OnnxSaveOptions& opts) {
+  const onnx::ModelProto m = model_from_graph(g, opts.sparse_);
   const std::string what = "model '" + g.name + "'";
-  if (check) run_checker(m, what);
+  if (opts.check_) run_checker(m, what);
   return serialize(m, what);
 }
 
 void save_onnx(const Graph& g, const std::string& path, const OnnxSaveOptions& opts) {
-  onnx::ModelProto m = model_from_graph(g);
+  onnx::ModelProto m = model_from_graph(g, opts.sparse_);
   const std::string what = "model '" + path + "'";
   // Checked while every tensor is still inline: the checker would look for external files
   // relative to the working directory.

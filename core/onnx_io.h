@@ -3,6 +3,7 @@
 //   Graph g = load_model("teacher.onnx");                  // or a zoo spec: load_model("cnn", seed)
 //   save_onnx(g, "out/student.onnx");                      // checked by onnx::checker, atomic
 //   save_onnx(big, "out/big.onnx", OnnxSaveOptions().external_data(true));  // + big.onnx.data
+//   save_onnx(pruned, "out/p.onnx", OnnxSaveOptions().sparse({"fc1.weight"}));  // COO sparse_initializer
 //
 // Supported: initializers and TENSOR attributes of f32 f16 bf16 f64 int8 uint8 int16 int32 int64
 // bool (raw_data, the typed *_data fields, or external data files), sparse initializers (made
@@ -12,7 +13,9 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "core/graph.h"
 
@@ -26,11 +29,37 @@ struct OnnxSaveOptions {
   OnnxSaveOptions& external_threshold(int64_t bytes) { external_threshold_ = bytes; return *this; }
   /// Run onnx::checker::check_model on the result before writing it.
   OnnxSaveOptions& check(bool v) { check_ = v; return *this; }
+  /// Initializers to write as ONNX sparse_initializer in COO form: the values tensor [NNZ] (which
+  /// carries the name) holds every element whose bits are not all zero, in order; the indices
+  /// tensor [NNZ] holds their int64 linear (row-major) positions, ascending; `dims` is the dense
+  /// shape. Reading the file gives back the same tensor to the bit (a -0.0 is kept as a value).
+  /// Sparse initializers always stay inside the model file, also with external data. ONNX wants
+  /// them of rank >= 1 with positive dims: naming anything else throws InputError.
+  OnnxSaveOptions& sparse(std::set<std::string> names) { sparse_ = std::move(names); return *this; }
 
   bool external_data_ = false;
   int64_t external_threshold_ = 1024;
   bool check_ = true;
+  std::set<std::string> sparse_;
 };
+
+/// What a file holds besides its graph; filled by the load_onnx overload that takes it.
+struct OnnxFileInfo {
+  int64_t file_bytes = 0;  ///< size of the model file itself (external data files not counted)
+  std::vector<std::string> sparse_initializers;  ///< initializers stored as sparse_initializer, file order
+};
+
+/// The bytes one initializer adds to a model file (protobuf framing included), written dense as an
+/// `initializer` and as a COO `sparse_initializer`, and how many values the sparse form keeps.
+struct SparseCost {
+  int64_t elements = 0, nonzeros = 0;
+  int64_t dense_bytes = 0, sparse_bytes = 0;
+};
+
+/// The cost of writing `t` under `name` either way (OnnxSaveOptions::sparse). Zeros are elements
+/// whose bits are all zero, as the writer drops them. Throws InputError for a scalar, an empty
+/// tensor or a type ONNX lacks.
+SparseCost sparse_cost(const std::string& name, const at::Tensor& t);
 
 /// Options for load_onnx / parse_onnx.
 struct OnnxLoadOptions {
@@ -47,6 +76,8 @@ struct OnnxLoadOptions {
 /// attributes, missing or short external data; the graph is verified (unknown ops are named).
 Graph load_onnx(const std::string& path);
 Graph load_onnx(const std::string& path, const OnnxLoadOptions& opts);
+/// Same, and fills `info` (file size, which initializers the file stores sparse) when not null.
+Graph load_onnx(const std::string& path, const OnnxLoadOptions& opts, OnnxFileInfo* info);
 /// Same, from bytes already in memory; `origin` names the source in messages, and external data
 /// is looked up relative to its folder.
 Graph parse_onnx(const std::string& bytes, const std::string& origin);
@@ -54,11 +85,15 @@ Graph parse_onnx(const std::string& bytes, const std::string& origin, const Onnx
 
 /// Writes `g` as an ONNX model (IR version 8, opset g.opset) atomically, model and external data
 /// both. The checker runs before anything is written: a rejected model leaves no file and throws
-/// Error naming `path`. Throws InputError for initializers of a type ONNX lacks.
+/// Error naming `path`. Throws InputError for initializers of a type ONNX lacks and for
+/// OnnxSaveOptions::sparse names that cannot be sparse initializers.
 void save_onnx(const Graph& g, const std::string& path, const OnnxSaveOptions& opts = {});
 /// Serializes `g` with every initializer inline as raw_data; used by save_onnx and tests.
 /// Throws Error when the checker rejects the model or it exceeds protobuf's 2 GB limit.
 std::string serialize_onnx(const Graph& g, bool check = true);
+/// Same with save options: the checker per `opts.check_`, the initializers named by
+/// `opts.sparse_` as sparse_initializer (external data options do not apply: all stays inline).
+std::string serialize_onnx(const Graph& g, const OnnxSaveOptions& opts);
 
 /// A model from a zoo spec ("mlp:784-300-100-10", "cnn", ...; weights seeded with `seed`) or an
 /// ONNX file. Throws InputError when it is neither, listing the zoo models.

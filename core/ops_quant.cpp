@@ -21,6 +21,7 @@ namespace {
 using ops::flops_per_output;
 using ops::has_input;
 using ops::spec_int;
+using ops::unpack_nibbles;
 using Tensors = std::vector<at::Tensor>;
 
 /// Range of the integer types QuantizeLinear may produce.
@@ -99,15 +100,6 @@ Tensors dequantize_forward(const Node& n, const Tensors& in, const RunContext&) 
   at::Tensor xf = x.to(at::kFloat);
   if (has_input(in, 2)) xf = xf - broadcast_param(n, in[2].to(at::kFloat), xf, "x_zero_point");
   return {(xf * broadcast_param(n, scale.to(at::kFloat), xf, "x_scale")).to(scale.scalar_type())};
-}
-
-// Unpacks 4-bit values stored two per byte, low nibble first: [..., n] uint8 -> [..., 2n] float.
-at::Tensor unpack_nibbles(const at::Tensor& packed) {
-  at::Tensor b = packed.to(at::kInt);
-  at::Tensor low = at::bitwise_and(b, 15), high = at::bitwise_right_shift(b, 4);
-  std::vector<int64_t> shape = packed.sizes().vec();
-  shape.back() *= 2;
-  return at::stack({low, high}, -1).reshape(shape).to(at::kFloat);
 }
 
 // MatMulNBits (com.microsoft): Y = A @ W^T (+ bias) with W [N, K] stored as B [N, blocks, blob]
@@ -262,7 +254,7 @@ void register_quant_ops(OpRegistry& reg) {
     d.inputs_max = 3;  // x, scale, zero_point
     d.attrs = {spec_int("axis"), spec_int("qmin"), spec_int("qmax"), spec_int("learnable")};
     d.forward = fake_quantize_forward;
-    d.flops = flops_per_output(4);
+    d.flops = flops_per_output(0);  // quantization bookkeeping, not model arithmetic (see add_qdq)
     // A constant x (a weight) is trained through it; so is the scale when learnable = 1.
     d.weight_inputs = {0, 1};
     d.doc = "pare: QuantizeLinear -> DequantizeLinear in one node for quantization-aware training: "
@@ -275,7 +267,7 @@ void register_quant_ops(OpRegistry& reg) {
     d.name = "DynamicQuantizeLinear";
     d.outputs_min = d.outputs_max = 3;
     d.forward = dynamic_quantize_forward;
-    d.flops = flops_per_output(4);
+    d.flops = flops_per_output(0);  // quantization bookkeeping, not model arithmetic (see add_qdq)
     d.doc = "uint8 y, y_scale, y_zero_point with the scale and zero point computed from x's range "
             "(widened to contain 0) at run time";
     reg.add(std::move(d));
@@ -286,6 +278,7 @@ void register_quant_ops(OpRegistry& reg) {
     d.inputs_min = 2;
     d.inputs_max = 4;  // A, B, a_zero_point, b_zero_point
     d.forward = matmul_integer_forward;
+    // Its multiply-adds, 2 per MAC as MatMul counts them (integer operations, same work).
     d.flops = [](const Node&, const std::vector<std::vector<int64_t>>& in,
                  const std::vector<std::vector<int64_t>>& out) -> int64_t {
       return out.empty() || in.empty() || in[0].empty() ? 0 : 2 * ops::numel(out[0]) * in[0].back();
@@ -293,7 +286,10 @@ void register_quant_ops(OpRegistry& reg) {
     d.doc = "int32 (A - a_zero_point) @ (B - b_zero_point) for uint8/int8 A and B";
     reg.add(std::move(d));
   }
-  // QuantizeLinear and DequantizeLinear: (x, scale[, zero_point]).
+  // QuantizeLinear and DequantizeLinear: (x, scale[, zero_point]). They count no FLOPs, like
+  // DynamicQuantizeLinear and FakeQuantize: they say how numbers are stored, and an int8 runtime
+  // folds them into the integer kernels (weights are dequantized once, if at all), so a QDQ model
+  // does the FLOPs of its float twin, not twice as many.
   auto add_qdq = [&reg](const char* name, std::vector<AttrSpec> attrs, ForwardFn fwd, const char* doc) {
     OpDef d;
     d.name = name;
@@ -301,7 +297,7 @@ void register_quant_ops(OpRegistry& reg) {
     d.inputs_max = 3;
     d.attrs = std::move(attrs);
     d.forward = std::move(fwd);
-    d.flops = flops_per_output(2);
+    d.flops = flops_per_output(0);
     d.doc = doc;
     reg.add(std::move(d));
   };

@@ -1,5 +1,6 @@
-// Private helpers shared by core/ops_*.cpp: attribute specs, axis normalisation, small int64
-// tensors, FLOP counters and ONNX padding resolution. Not installed; not part of the public API.
+// Private helpers shared by core/ops_*.cpp (and core/summary.cpp): attribute specs, axis
+// normalisation, small int64 tensors, FLOP counters, 4-bit unpacking and ONNX padding resolution.
+// Not part of the public API.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -65,6 +66,16 @@ inline FlopsFn flops_per_input(int64_t k = 1) {
              const std::vector<std::vector<int64_t>>&) -> int64_t {
     return in.empty() ? 0 : k * numel(in[0]);
   };
+}
+
+/// Unpacks 4-bit values stored two per byte, low nibble first: [..., n] uint8 -> [..., 2n] float
+/// (MatMulNBits' weights and zero points).
+inline at::Tensor unpack_nibbles(const at::Tensor& packed) {
+  at::Tensor b = packed.to(at::kInt);
+  at::Tensor low = at::bitwise_and(b, 15), high = at::bitwise_right_shift(b, 4);
+  std::vector<int64_t> shape = packed.sizes().vec();
+  shape.back() *= 2;
+  return at::stack({low, high}, -1).reshape(shape).to(at::kFloat);
 }
 
 /// Spatial geometry of a Conv or pooling node after auto_pad is resolved.

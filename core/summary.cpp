@@ -1,11 +1,16 @@
 #include "core/summary.h"
 
 #include <cstdio>
+#include <optional>
 #include <set>
 #include <sstream>
 
 #include "core/dtype.h"
+#include "core/file_util.h"
+#include "core/onnx_io.h"
 #include "core/op_registry.h"
+#include "core/ops_util.h"
+#include "core/zoo.h"
 
 namespace pare::core {
 
@@ -52,6 +57,80 @@ std::pair<int64_t, int64_t> quantized_weight_count(const Graph& g) {
   }
   return {integers, scales};
 }
+
+// A layer's weight as stored: the initializer a node reads, or the one behind the value it reads
+// when that value is computed from an initializer only to change its number format: integer codes
+// through DequantizeLinear, a float weight through FakeQuantize (QAT), MatMulInteger's and
+// MatMulNBits' integer B. Zeros are the elements whose weight value is zero: for codes, those
+// equal to their zero point (a pruned weight quantizes to its zero point, 0 when symmetric).
+struct StoredWeight {
+  std::vector<int64_t> shape;
+  int64_t elements = 0, zeros = 0;
+};
+
+int64_t zeros_of(const at::Tensor& t) { return t.numel() - t.count_nonzero().item<int64_t>(); }
+
+const at::Tensor* initializer(const Graph& g, const Node& n, size_t i) {
+  return n.has_input(i) && g.is_initializer(n.inputs[i]) ? &g.initializers.at(n.inputs[i]) : nullptr;
+}
+
+// The weight behind `value` when it is an initializer or DequantizeLinear / FakeQuantize of one.
+std::optional<StoredWeight> weight_behind(const Graph& g, const std::string& value) {
+  auto it = g.initializers.find(value);
+  if (it != g.initializers.end()) {
+    const at::Tensor& w = it->second;
+    if (!at::isFloatingType(w.scalar_type())) return std::nullopt;  // indices, shapes
+    return StoredWeight{w.sizes().vec(), w.numel(), zeros_of(w)};
+  }
+  const int p = g.producer(value);
+  if (p < 0) return std::nullopt;
+  const Node& q = g.nodes[static_cast<size_t>(p)];
+  const at::Tensor* x = initializer(g, q, 0);
+  if (!x) return std::nullopt;
+  if (q.op_type == "FakeQuantize" && at::isFloatingType(x->scalar_type()))
+    return StoredWeight{x->sizes().vec(), x->numel(), zeros_of(*x)};
+  if (q.op_type != "DequantizeLinear" || at::isFloatingType(x->scalar_type())) return std::nullopt;
+  StoredWeight w{x->sizes().vec(), x->numel(), zeros_of(*x)};
+  // With its scale and zero point known, DequantizeLinear's own forward says which codes stand for
+  // zero (per tensor, per axis or blocked, any zero point).
+  const at::Tensor* scale = initializer(g, q, 1);
+  const at::Tensor* zp = initializer(g, q, 2);
+  if (scale && (zp || !q.has_input(2))) {
+    const auto y = OpRegistry::global().get(q.op_type).forward(q, {*x, *scale, zp ? *zp : at::Tensor()}, RunContext{});
+    w.zeros = zeros_of(y.at(0));
+  }
+  return w;
+}
+
+// MatMulInteger's B [K, N]: codes equal to b_zero_point (one, or one per column) are zeros.
+StoredWeight matmul_integer_weight(const Graph& g, const Node& n, const at::Tensor& b) {
+  StoredWeight w{b.sizes().vec(), b.numel(), zeros_of(b)};
+  if (const at::Tensor* zp = initializer(g, n, 3))
+    w.zeros = zeros_of(b.to(at::kInt) - (zp->numel() == 1 ? zp->reshape({}) : *zp).to(at::kInt));
+  return w;
+}
+
+// MatMulNBits' W [N, K], stored as 4-bit codes B [N, blocks, block / 2] with a zero point per block
+// (8 unless given, packed like B): codes equal to their block's zero point are zeros.
+std::optional<StoredWeight> matmul_nbits_weight(const Graph& g, const Node& n) {
+  const int64_t K = n.attr_int("K", 0), N = n.attr_int("N", 0), block = n.attr_int("block_size", 0);
+  const at::Tensor* b = initializer(g, n, 1);
+  if (!b || K <= 0 || N <= 0 || block <= 0 || b->numel() % N != 0) return std::nullopt;
+  const int64_t blocks = (K + block - 1) / block;
+  if (b->numel() != N * blocks * block / 2) return std::nullopt;
+  at::Tensor codes = ops::unpack_nibbles(b->reshape({N, blocks, block / 2})).reshape({N, blocks, block});
+  at::Tensor zp = at::full({N, blocks, 1}, 8.0f);
+  if (const at::Tensor* z = initializer(g, n, 3); z && z->scalar_type() == at::kByte)
+    zp = ops::unpack_nibbles(z->reshape({N, -1})).narrow(1, 0, blocks).reshape({N, blocks, 1});
+  at::Tensor is_zero = codes.eq(zp).reshape({N, blocks * block}).narrow(1, 0, K);
+  return StoredWeight{{N, K}, N * K, is_zero.sum().item<int64_t>()};
+}
+
+// Ops that only change how a value is stored; their weights belong to the layer that reads them.
+bool is_quantization_op(const std::string& op) {
+  return op == "QuantizeLinear" || op == "DequantizeLinear" || op == "DynamicQuantizeLinear" || op == "FakeQuantize";
+}
+
 }  // namespace
 
 ModelSummary summarize(const Graph& g) {
@@ -62,6 +141,7 @@ ModelSummary summarize(const Graph& g) {
   s.quantized_params = integers;
   s.params = g.parameter_count() - scales + integers;
   s.bytes = g.initializer_bytes();
+  s.initializers = static_cast<int64_t>(g.initializers.size());
   s.opset = g.opset;
   s.nodes = static_cast<int64_t>(g.nodes.size());
   s.metadata = g.metadata;
@@ -74,19 +154,28 @@ ModelSummary summarize(const Graph& g) {
     const OpDef& op = reg.get(n.op_type);
     const int64_t flops = flops_of[ni];
     s.flops_per_sample += flops;
+    if (is_quantization_op(n.op_type)) continue;
     LayerSummary layer;
-    for (int i : op.weight_inputs) {
-      if (!n.has_input(i) || !g.is_initializer(n.inputs[i])) continue;
-      const at::Tensor& w = g.initializers.at(n.inputs[i]);
-      if (!at::isFloatingType(w.scalar_type()) || w.dim() == 0) continue;
-      if (layer.weight_shape.empty()) layer.weight_shape = w.sizes().vec();
-      layer.params += w.numel();
-      int64_t z = w.numel() - w.count_nonzero().item<int64_t>();
-      if (w.dim() >= 2) {  // sparsity is about weight matrices/kernels, not biases
-        layer.zeros += z;
-        layer.weight_elements += w.numel();
-        s.weight_elements += w.numel();
-        s.weight_zeros += z;
+    std::vector<std::optional<StoredWeight>> weights;
+    if (n.op_type == "MatMulInteger") {
+      if (const at::Tensor* b = initializer(g, n, 1); b && !at::isFloatingType(b->scalar_type()))
+        weights.push_back(matmul_integer_weight(g, n, *b));
+    } else if (n.op_type == "MatMulNBits") {
+      weights.push_back(matmul_nbits_weight(g, n));
+      if (n.has_input(5)) weights.push_back(weight_behind(g, n.inputs[5]));  // bias
+    } else {
+      for (int i : op.weight_inputs)
+        if (n.has_input(static_cast<size_t>(i))) weights.push_back(weight_behind(g, n.inputs[static_cast<size_t>(i)]));
+    }
+    for (const auto& w : weights) {
+      if (!w || w->shape.empty()) continue;
+      if (layer.weight_shape.empty()) layer.weight_shape = w->shape;
+      layer.params += w->elements;
+      if (w->shape.size() >= 2) {  // sparsity is about weight matrices/kernels, not biases
+        layer.zeros += w->zeros;
+        layer.weight_elements += w->elements;
+        s.weight_elements += w->elements;
+        s.weight_zeros += w->zeros;
       }
     }
     if (layer.params == 0) continue;
@@ -96,6 +185,16 @@ ModelSummary summarize(const Graph& g) {
     if (!n.outputs.empty() && shapes.count(n.outputs[0])) layer.output_shape = shapes.at(n.outputs[0]);
     s.layers.push_back(layer);
   }
+  return s;
+}
+
+ModelSummary summarize_model(const std::string& path_or_spec, uint64_t seed) {
+  // A zoo spec has no file; anything else that is not a file gets load_model's message.
+  if (is_zoo_spec(path_or_spec) || !file_exists(path_or_spec)) return summarize(load_model(path_or_spec, seed));
+  OnnxFileInfo info;
+  ModelSummary s = summarize(load_onnx(path_or_spec, OnnxLoadOptions(), &info));
+  s.file_bytes = info.file_bytes;
+  s.sparse_initializers = info.sparse_initializers;
   return s;
 }
 
@@ -134,6 +233,9 @@ nlohmann::json to_json(const ModelSummary& s) {
   j["parameters"] = s.params;
   j["quantized_parameters"] = s.quantized_params;
   j["bytes"] = s.bytes;
+  j["file_bytes"] = s.file_bytes;
+  j["initializers"] = s.initializers;
+  j["sparse_initializers"] = s.sparse_initializers;
   j["flops_per_sample"] = s.flops_per_sample;
   j["opset"] = s.opset;
   j["nodes"] = s.nodes;
@@ -158,7 +260,13 @@ std::string to_text(const ModelSummary& s) {
   os << "parameters  " << s.params << " (" << human(double(s.params), "");
   if (s.quantized_params) os << "; " << s.quantized_params << " of them quantized integers";
   os << ")\n";
-  os << "bytes       " << s.bytes << " (" << human(double(s.bytes), "B") << ")\n";
+  os << "bytes       " << s.bytes << " (" << human(double(s.bytes), "B") << ") of initializers in memory\n";
+  if (s.file_bytes) {
+    os << "file        " << s.file_bytes << " (" << human(double(s.file_bytes), "B") << ") on disk";
+    if (!s.sparse_initializers.empty())
+      os << "; " << s.sparse_initializers.size() << " of " << s.initializers << " initializers stored sparse (COO)";
+    os << "\n";
+  }
   os << "FLOPs       " << human(double(s.flops_per_sample), "FLOP") << " per sample\n";
   char sp[32];
   std::snprintf(sp, sizeof sp, "%.2f%%", s.sparsity() * 100);

@@ -15,6 +15,7 @@
 #include "core/file_util.h"
 #include "core/onnx_io.h"
 #include "core/zoo.h"
+#include "export/rt_bridge.h"
 
 namespace pare::distill {
 
@@ -178,6 +179,61 @@ int64_t Teacher::num_classes(const at::Tensor& example) {
 std::string GraphTeacher::describe() const { return "graph teacher '" + name_ + "'"; }
 
 void GraphTeacher::to(const at::Device& d) { module_.to(d); }
+
+// ---------------------------------------------------------------------------------------------
+// RtTeacher
+
+RtTeacher::RtTeacher(const std::string& spec, uint64_t seed) : spec_(spec), seed_(seed) {
+  model_ = std::make_unique<rt::Model>(exporter::load_rt_model(spec, rt::Options(), seed));
+  PARE_CHECK(model_->inputs().size() == 1, describe(), " must have exactly one input, has ", model_->inputs().size());
+  PARE_CHECK(!model_->outputs().empty(), describe(), " has no outputs");
+}
+
+RtTeacher::~RtTeacher() = default;
+
+std::unordered_map<std::string, at::Tensor> RtTeacher::forward(const at::Tensor& x,
+                                                               const std::vector<std::string>& values) {
+  PARE_CHECK(x.defined() && x.device().is_cpu(), describe(), " runs on the CPU; the batch is ",
+             x.defined() ? x.device().str() : std::string("undefined"));
+  std::vector<std::string> extra;
+  for (const auto& v : values) {
+    if (v == "logits") continue;
+    PARE_CHECK(has_value(v), describe(), " has no value named '", v, "' (`pare inspect` lists the node outputs)");
+    extra.push_back(v);
+  }
+  if (extra != extra_) {  // hints ask for other values: the runtime keeps them as outputs
+    model_ = std::make_unique<rt::Model>(exporter::load_rt_model(spec_, rt::Options().extra_outputs(extra), seed_));
+    extra_ = extra;
+  }
+  at::Tensor in = x;
+  if (at::isFloatingType(in.scalar_type()) && model_->inputs()[0].dtype == rt::DType::kFloat32) in = in.to(at::kFloat);
+  in = in.contiguous();
+  std::vector<rt::TensorView> out;
+  try {
+    out = model_->run({exporter::rt_view(in)});
+  } catch (const InputError& e) {
+    throw InputError(describe() + ": " + e.what());
+  }
+  const size_t n_outputs = model_->outputs().size() - extra_.size();
+  std::unordered_map<std::string, at::Tensor> r;
+  r["logits"] = exporter::from_rt(out.at(0));
+  for (size_t k = 0; k < extra_.size(); ++k) r[extra_[k]] = exporter::from_rt(out.at(n_outputs + k));
+  return r;
+}
+
+bool RtTeacher::has_value(const std::string& name) const { return name == "logits" || model_->has_value(name); }
+
+std::string RtTeacher::describe() const { return "pare_rt teacher '" + spec_ + "'"; }
+
+void RtTeacher::to(const at::Device& d) {
+  PARE_CHECK(d.is_cpu(), describe(), " runs on the CPU (pare_rt), not on ", d.str());
+}
+
+TeacherEngine parse_teacher_engine(const std::string& s, const std::string& option) {
+  if (s == "torch") return TeacherEngine::kTorch;
+  if (s == "rt") return TeacherEngine::kRt;
+  throw InputError(option + " must be torch or rt, got '" + s + "'");
+}
 
 // ---------------------------------------------------------------------------------------------
 // ShardedTeacher
@@ -390,20 +446,26 @@ core::Graph load_teacher_graph(const std::string& spec, uint64_t seed) {
   throw InputError("teacher '" + spec + "' is neither a file nor a zoo model");
 }
 
-std::unique_ptr<Teacher> load_teacher(const std::string& spec, uint64_t seed) {
+std::unique_ptr<Teacher> load_teacher(const std::string& spec, uint64_t seed, TeacherEngine engine) {
   check_teacher_spec(spec);
-  if (spec.rfind("cache:", 0) == 0) return std::make_unique<CachedTeacher>(spec.substr(6));
+  const bool cache = spec.rfind("cache:", 0) == 0;
+  if (engine == TeacherEngine::kRt) {
+    PARE_CHECK(!cache && is_graph_spec(spec), "--teacher-engine rt runs ONNX and zoo teachers on pare_rt; '", spec,
+               "' is ", cache ? "a teacher cache" : "TorchScript", " (use --teacher-engine torch)");
+    return std::make_unique<RtTeacher>(spec, seed);
+  }
+  if (cache) return std::make_unique<CachedTeacher>(spec.substr(6));
   if (!is_graph_spec(spec)) return std::make_unique<TorchScriptTeacher>(spec);
   return std::make_unique<GraphTeacher>(load_teacher_graph(spec, seed), spec);
 }
 
 std::unique_ptr<Teacher> load_teachers(const std::vector<std::string>& specs, const std::vector<double>& weights,
-                                       uint64_t seed) {
+                                       uint64_t seed, TeacherEngine engine) {
   PARE_CHECK(!specs.empty(), "no teacher given");
   auto w = normalize_teacher_weights(weights, specs.size());  // before loading anything big
-  if (specs.size() == 1) return load_teacher(specs[0], seed);
+  if (specs.size() == 1) return load_teacher(specs[0], seed, engine);
   std::vector<std::unique_ptr<Teacher>> members;
-  for (const auto& s : specs) members.push_back(load_teacher(s, seed));
+  for (const auto& s : specs) members.push_back(load_teacher(s, seed, engine));
   return std::make_unique<EnsembleTeacher>(std::move(members), std::move(w));
 }
 

@@ -9,6 +9,8 @@
 //
 // Kinds:
 //   GraphTeacher        a core::Graph (ONNX file or zoo spec): logits plus any intermediate value
+//   RtTeacher           an ONNX file or zoo spec run by pare_rt (export/runtime), the oneDNN inference
+//                       runtime: no autograd, int8 kernels for a QDQ teacher (--teacher-engine rt)
 //   TorchScriptTeacher  a torch.jit module (.pt/.ts/.torchscript): a black box yielding logits
 //   EnsembleTeacher     several teachers: the weighted mean of their logits (logits only)
 #pragma once
@@ -26,6 +28,7 @@
 #include "core/graph.h"
 #include "core/module.h"
 #include "dist/shard.h"
+#include "export/runtime/rt.h"
 
 namespace pare::distill {
 
@@ -98,6 +101,38 @@ class GraphTeacher : public Teacher {
   core::Module module_;
   std::string name_;
 };
+
+/// An ONNX file or zoo spec run by pare_rt on the CPU: the frozen teacher needs no autograd, so the
+/// oneDNN runtime (weights reordered once, int8 kernels for a QDQ teacher) takes the place of the
+/// libtorch interpreter. The first graph output is the logits; intermediate values for hints are
+/// computed when asked for (the model is reloaded with them as outputs, kept out of fusions).
+/// Floating batches are cast to float32; the input must be contiguous on the CPU.
+class RtTeacher : public Teacher {
+ public:
+  /// Throws InputError naming the spec when it is not an ONNX file or zoo spec pare_rt can run.
+  RtTeacher(const std::string& spec, uint64_t seed = 0);
+  ~RtTeacher() override;
+
+  std::unordered_map<std::string, at::Tensor> forward(const at::Tensor& x,
+                                                      const std::vector<std::string>& values) override;
+  bool has_value(const std::string& name) const override;
+  std::string describe() const override;
+  /// Throws InputError for a device other than the CPU.
+  void to(const at::Device& d) override;
+
+  const rt::Model& model() const { return *model_; }
+
+ private:
+  std::string spec_;
+  uint64_t seed_;
+  std::unique_ptr<rt::Model> model_;
+  std::vector<std::string> extra_;  ///< the intermediate values model_ returns after the logits
+};
+
+/// Which engine runs graph teachers.
+enum class TeacherEngine { kTorch, kRt };
+/// "torch" or "rt" as a TeacherEngine; throws InputError naming `option` otherwise.
+TeacherEngine parse_teacher_engine(const std::string& s, const std::string& option);
 
 /// A graph teacher sharded over the ranks of a process group (dist::ShardedModel): tensor parallel
 /// or pipeline. It yields logits only, and its forward is collective: every rank calls it with its
@@ -194,7 +229,10 @@ std::vector<double> normalize_teacher_weights(const std::vector<double>& weights
 /// or any existing file without a TorchScript suffix) -> GraphTeacher; "*.pt", "*.ts",
 /// "*.torchscript" -> TorchScriptTeacher. Throws InputError naming the file when it is missing or
 /// cannot be loaded.
-std::unique_ptr<Teacher> load_teacher(const std::string& spec, uint64_t seed = 0);
+/// With TeacherEngine::kRt, ONNX and zoo teachers run on pare_rt (RtTeacher); cache and TorchScript
+/// teachers are refused then.
+std::unique_ptr<Teacher> load_teacher(const std::string& spec, uint64_t seed = 0,
+                                      TeacherEngine engine = TeacherEngine::kTorch);
 
 /// The graph of a graph teacher's spec (zoo spec or ONNX file), with load_teacher's messages.
 /// Throws InputError naming the spec when it is missing, or a cache or TorchScript teacher.
@@ -204,7 +242,8 @@ core::Graph load_teacher_graph(const std::string& spec, uint64_t seed = 0);
 /// teacher itself (its weight must still be valid); more return an EnsembleTeacher. Every zoo spec
 /// is built with the same `seed`. Throws InputError for no specs.
 std::unique_ptr<Teacher> load_teachers(const std::vector<std::string>& specs,
-                                       const std::vector<double>& weights, uint64_t seed = 0);
+                                       const std::vector<double>& weights, uint64_t seed = 0,
+                                       TeacherEngine engine = TeacherEngine::kTorch);
 
 /// Checks a teacher and a student agree: the same number of classes (logits' last dim) on the first
 /// row of `example`. The student runs in eval mode under no-grad; its train/eval mode is restored.

@@ -123,6 +123,13 @@ void TrainerOptions::validate() const {
 EvalResult evaluate(core::Module& model, const core::TensorDataset& ds, int64_t batch_size) {
   bool was_training = model.is_training();
   model.eval();
+  EvalResult r = evaluate([&](const at::Tensor& x) { return model.forward({x})[0]; }, ds, batch_size, "");
+  model.train(was_training);
+  return r;
+}
+
+EvalResult evaluate(const std::function<at::Tensor(const at::Tensor&)>& logits_of, const core::TensorDataset& ds,
+                    int64_t batch_size, const std::string& who) {
   at::NoGradGuard no_grad;
   core::DataLoader loader(ds, core::LoaderOptions().batch_size(batch_size).prefetch(2));
   loader.start_epoch(0);
@@ -131,13 +138,12 @@ EvalResult evaluate(core::Module& model, const core::TensorDataset& ds, int64_t 
   int64_t correct = 0, n = 0;
   core::Batch b;
   while (loader.next(b)) {
-    at::Tensor logits = model.forward({b.x})[0];
-    check_logits(logits, b.y, "evaluating on '" + ds.name + "'");
+    at::Tensor logits = logits_of(b.x);
+    check_logits(logits, b.y, (who.empty() ? "" : who + " ") + "evaluating on '" + ds.name + "'");
     loss_sum += at::cross_entropy_loss(logits, b.y, {}, at::Reduction::Sum).item<double>();
     correct += logits.argmax(1).eq(b.y).sum().item<int64_t>();
     n += b.y.size(0);
   }
-  model.train(was_training);
   EvalResult r;
   r.samples = n;
   r.seconds = seconds_since(t0);

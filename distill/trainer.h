@@ -111,6 +111,10 @@ struct EvalResult {
 /// Evaluates `model` (in eval mode, no grad) on `ds`; restores its train/eval mode after.
 /// Throws InputError when the model's output is not [N, classes] or labels are out of range.
 EvalResult evaluate(core::Module& model, const core::TensorDataset& ds, int64_t batch_size = 512);
+/// Same for any classifier given as a function from a batch to its logits (a pare_rt model, a
+/// teacher); `who` names it in messages.
+EvalResult evaluate(const std::function<at::Tensor(const at::Tensor&)>& logits_of, const core::TensorDataset& ds,
+                    int64_t batch_size, const std::string& who);
 
 /// One batch's loss, the student's logits (for accuracy) and named loss terms for the metrics.
 struct StepOutput {

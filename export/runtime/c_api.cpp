@@ -14,7 +14,7 @@
 
 struct pare_rt_model {
   pare::rt::Model model;
-  std::vector<pare::rt::TensorView> outputs;  // the last run's, for the dims pointers
+  std::vector<pare::rt::TensorView> inputs;  // reused: a run at the same shapes allocates nothing
 };
 
 namespace {
@@ -77,16 +77,19 @@ int pare_rt_run(pare_rt_model* m, const pare_rt_tensor* inputs, int n_inputs, pa
     PARE_CHECK(n_inputs >= 0 && (n_inputs == 0 || inputs), "pare_rt_run: inputs are NULL");
     PARE_CHECK(n_outputs >= 0 && n_outputs <= pare_rt_num_outputs(m) && (n_outputs == 0 || outputs),
                "pare_rt_run: n_outputs must be 0..", pare_rt_num_outputs(m), ", got ", n_outputs);
-    std::vector<pare::rt::TensorView> in;
+    m->inputs.resize(static_cast<size_t>(n_inputs));
     for (int k = 0; k < n_inputs; ++k) {
       const pare_rt_tensor& t = inputs[k];
       PARE_CHECK(t.dtype >= PARE_RT_FLOAT32 && t.dtype <= PARE_RT_BOOL, "input ", k, " has an unknown dtype ", t.dtype);
       PARE_CHECK(t.ndim >= 0 && t.ndim <= 16 && (t.ndim == 0 || t.dims), "input ", k, " has a bad rank ", t.ndim);
-      in.push_back({static_cast<pare::rt::DType>(t.dtype), std::vector<int64_t>(t.dims, t.dims + t.ndim), t.data});
+      auto& v = m->inputs[static_cast<size_t>(k)];
+      v.dtype = static_cast<pare::rt::DType>(t.dtype);
+      v.dims.assign(t.dims, t.dims + t.ndim);
+      v.data = t.data;
     }
-    m->outputs = m->model.run(in);
+    const std::vector<pare::rt::TensorView>& out = m->model.run(m->inputs);
     for (int k = 0; k < n_outputs; ++k) {
-      const auto& o = m->outputs[static_cast<size_t>(k)];
+      const auto& o = out[static_cast<size_t>(k)];
       outputs[k] = {static_cast<pare_rt_dtype>(o.dtype), static_cast<int64_t>(o.dims.size()), o.dims.data(), o.data};
     }
   });

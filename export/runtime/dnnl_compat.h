@@ -83,6 +83,11 @@ struct Int8Scales {
   bool sum = false;
   float sum_scale = 1;
   int32_t sum_zero = 0;
+  /// With `sum`: the conv's own output grid (scale, zero point, integer range), which its real
+  /// result is rounded to before the sum, as the QDQ graph's QuantizeLinear does.
+  float mid_scale = 1;
+  int32_t mid_zero = 0;
+  float mid_lo = 0, mid_hi = 255;
 };
 
 /// Sets `attr` for an int8 primitive with `post` fused, and returns the run-time arguments the
@@ -95,17 +100,38 @@ inline std::vector<std::pair<int, HTensor>> set_int8_attr(dnnl::primitive_attr& 
   // 2.x: y = post_ops(output_scale * acc). The destination's scale and zero point are folded into the
   // post-ops: a zero point set as an attribute sends oneDNN 2.6's AVX2 int8 convolution down a path
   // measured 20-45% slower than a final linear post-op (y / dst_scale + dst_zero).
+  // oneDNN 2.6's AVX2 int8 kernels compute wrong results when one eltwise algorithm appears twice
+  // in a chain (two linear post-ops: off by up to 24 codes; tests/export/rt_lowering_test.cpp), so
+  // every algorithm is used once at most: the sum's rounding uses round, clip with the eltwise
+  // scale, and the shifted bounds round(v) + z in [lo, hi] <=> round(v) in [lo - z, hi - z].
+  // The requantization is round(v / dst_scale) + dst_zero, rounded before the zero point is added
+  // (on ties round(v + z) differs from round(v) + z when z is odd): 1/dst_scale goes into the
+  // output scales, or into the last activation's eltwise scale (ReLU and Clip commute with it), and
+  // an explicit round precedes a linear +dst_zero.
   const bool requant = q.dst_scale != 1.f || q.dst_zero != 0;
-  const bool fold = post.empty() && !q.sum;  // no post-ops: 1/dst_scale goes into the output scales
+  const bool fold = post.empty() && !q.sum;
+  const float pre = q.sum ? 1.f / q.mid_scale : (fold ? 1.f / q.dst_scale : 1.f);
   std::vector<float> out(q.wei_scale.size());
-  for (size_t c = 0; c < out.size(); ++c) out[c] = q.src_scale * q.wei_scale[c] / (fold ? q.dst_scale : 1.f);
+  for (size_t c = 0; c < out.size(); ++c) out[c] = q.src_scale * q.wei_scale[c] * pre;
   attr.set_output_scales(q.dst_mask, out);
   if (q.src_zero) attr.set_zero_points(DNNL_ARG_SRC, 0, {q.src_zero});
   dnnl::post_ops po;
-  if (q.sum) po.append_sum(q.sum_scale, q.sum_zero);
-  for (auto& p : post) po.append_eltwise(1.f, p.alg, p.alpha, p.beta);
-  if (requant && !fold) po.append_eltwise(1.f, dnnl::algorithm::eltwise_linear, 1.f / q.dst_scale, static_cast<float>(q.dst_zero));
-  else if (requant && q.dst_zero) po.append_eltwise(1.f, dnnl::algorithm::eltwise_linear, 1.f, static_cast<float>(q.dst_zero));
+  if (q.sum) {  // the conv's own requantization, back to real: (round(v / s) clamped) * s
+    po.append_eltwise(1.f, dnnl::algorithm::eltwise_round, 0.f, 0.f);
+    po.append_eltwise(q.mid_scale, dnnl::algorithm::eltwise_clip, q.mid_lo - static_cast<float>(q.mid_zero),
+                      q.mid_hi - static_cast<float>(q.mid_zero));
+    po.append_sum(q.sum_scale, q.sum_zero);
+  }
+  for (size_t i = 0; i < post.size(); ++i)
+    po.append_eltwise(requant && i + 1 == post.size() ? 1.f / q.dst_scale : 1.f, post[i].alg, post[i].alpha, post[i].beta);
+  if (requant && q.sum && post.empty()) {
+    // round is taken by the conv's own rounding: the zero point goes in with the scale (on exact
+    // ties with an odd zero point this can round one step off the QDQ graph)
+    po.append_eltwise(1.f, dnnl::algorithm::eltwise_linear, 1.f / q.dst_scale, static_cast<float>(q.dst_zero));
+  } else if (requant && q.dst_zero) {
+    if (!q.sum) po.append_eltwise(1.f, dnnl::algorithm::eltwise_round, 0.f, 0.f);
+    po.append_eltwise(1.f, dnnl::algorithm::eltwise_linear, 1.f, static_cast<float>(q.dst_zero));
+  }
   attr.set_post_ops(po);
   (void)acc_bias;  // 2.x adds the bias to the accumulators: as given
 #else
@@ -115,7 +141,14 @@ inline std::vector<std::pair<int, HTensor>> set_int8_attr(dnnl::primitive_attr& 
   if (q.src_zero) attr.set_zero_points_mask(DNNL_ARG_SRC, 0);
   if (q.dst_zero) attr.set_zero_points_mask(DNNL_ARG_DST, 0);
   dnnl::post_ops po;
-  if (q.sum) po.append_sum(q.sum_scale, q.sum_zero);
+  if (q.sum) {  // untested: written from oneDNN 3.x's documentation
+    po.append_eltwise(dnnl::algorithm::eltwise_linear, 1.f / q.mid_scale, 0.f);
+    po.append_eltwise(dnnl::algorithm::eltwise_round, 0.f, 0.f);
+    po.append_eltwise(dnnl::algorithm::eltwise_clip, q.mid_lo - static_cast<float>(q.mid_zero),
+                      q.mid_hi - static_cast<float>(q.mid_zero));
+    po.append_eltwise(dnnl::algorithm::eltwise_linear, q.mid_scale, 0.f);
+    po.append_sum(q.sum_scale, q.sum_zero);
+  }
   for (auto& p : post) po.append_eltwise(p.alg, p.alpha, p.beta);
   attr.set_post_ops(po);
   auto scalar_f = [](float v) {

@@ -106,18 +106,6 @@ namespace {
 // ---------------------------------------------------------------------------------------------
 // Reading
 
-std::optional<DType> dtype_of_onnx(int t) {
-  switch (t) {
-    case reader::kFloat: return DType::kFloat32;
-    case reader::kUInt8: return DType::kUInt8;
-    case reader::kInt8: return DType::kInt8;
-    case reader::kInt32: return DType::kInt32;
-    case reader::kInt64: return DType::kInt64;
-    case reader::kBool: return DType::kBool;
-    default: return std::nullopt;
-  }
-}
-
 float half_to_float(uint16_t h) {
   const uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ffu;
   uint32_t bits;
@@ -148,7 +136,7 @@ float half_to_float(uint16_t h) {
 HTensor from_reader(const reader::Tensor& t, const std::string& what, std::vector<std::string>* notes) {
   HTensor h;
   h.dims = t.dims;
-  if (auto d = dtype_of_onnx(t.elem_type)) {
+  if (auto d = dtype_from_onnx(t.elem_type)) {
     h.dtype = *d;
     h.storage = t.storage;
     h.data = t.data;
@@ -177,7 +165,7 @@ HTensor from_reader(const reader::Tensor& t, const std::string& what, std::vecto
 
 ValueSpec spec_of(const reader::ValueInfo& v, const std::string& role) {
   PARE_CHECK(v.is_tensor, role, " '", v.name, "' is not a tensor (sequences and maps are not supported)");
-  auto d = dtype_of_onnx(v.elem_type);
+  auto d = dtype_from_onnx(v.elem_type);
   PARE_CHECK(d.has_value(), role, " '", v.name, "' has element type ", reader::elem_type_name(v.elem_type),
              "; pare_rt takes float32, uint8, int8, int32, int64 and bool");
   ValueSpec s;
@@ -304,6 +292,26 @@ std::optional<std::pair<Node*, PostOp>> fusable_relu(Graph& g, int v) {
   return std::make_pair(n, *p);
 }
 
+// What follows an int8 node's result `y`: an optional Relu/Clip (appended to `post`), then an
+// optional QuantizeLinear (the requantization, into q). Both go to `eaten`; returns the value the
+// int8 node will produce.
+int follow_output(Graph& g, int y, QuantInfo& q, std::vector<PostOp>& post, std::vector<Node*>& eaten) {
+  if (auto r = fusable_relu(g, y)) {
+    post.push_back(r->second);
+    eaten.push_back(r->first);
+    y = r->first->out[0];
+  }
+  if (auto qo = q_reading(g, y)) {
+    q.requantize = true;
+    q.y_scale = qo->scale;
+    q.y_zero = qo->zero;
+    q.y_type = qo->type;
+    eaten.push_back(qo->node);
+    y = qo->node->out[0];
+  }
+  return y;
+}
+
 void retarget_output(Graph& g, Node& n, size_t slot, int v) {
   n.out[slot] = v;
   g.values[static_cast<size_t>(v)].producer = static_cast<int>(&n - g.nodes.data());
@@ -383,23 +391,9 @@ bool fuse_compute(Graph& g, Node& n, LoweringReport& rep) {
     q.bias = acc;
   }
 
-  // What follows: an optional Relu/Clip, then an optional QuantizeLinear.
   std::vector<PostOp> post;
-  int y = n.out[0];
   std::vector<Node*> eaten;
-  if (auto r = fusable_relu(g, y)) {
-    post.push_back(r->second);
-    eaten.push_back(r->first);
-    y = r->first->out[0];
-  }
-  if (auto qo = q_reading(g, y)) {
-    q.requantize = true;
-    q.y_scale = qo->scale;
-    q.y_zero = qo->zero;
-    q.y_type = qo->type;
-    eaten.push_back(qo->node);
-    y = qo->node->out[0];
-  }
+  const int y = follow_output(g, n.out[0], q, post, eaten);
 
   Node f;
   f.op = n.op == "Conv" ? "QConv" : "QMatMul";
@@ -442,20 +436,7 @@ bool fuse_add(Graph& g, Node& n, LoweringReport& rep) {
   q.b_zero = zero_of(*b);
   std::vector<PostOp> post;
   std::vector<Node*> eaten;
-  int y = n.out[0];
-  if (auto r = fusable_relu(g, y)) {
-    post.push_back(r->second);
-    eaten.push_back(r->first);
-    y = r->first->out[0];
-  }
-  if (auto qo = q_reading(g, y)) {
-    q.requantize = true;
-    q.y_scale = qo->scale;
-    q.y_zero = qo->zero;
-    q.y_type = qo->type;
-    eaten.push_back(qo->node);
-    y = qo->node->out[0];
-  }
+  const int y = follow_output(g, n.out[0], q, post, eaten);
   Node f;
   f.op = "QAdd";
   f.domain = "pare_rt";
@@ -496,13 +477,17 @@ bool fuse_passthrough(Graph& g, Node& n, LoweringReport& rep) {
 }
 
 // QConv (requantized, nothing fused after it) -> QAdd: the add becomes the conv's sum post-op, with
-// the add's activation and requantization. The conv's own rounding to its output grid is skipped
-// (its real result goes straight into the sum), so results may differ from the exact QDQ
-// simulation by one step of the add's output; in exchange the residual block's second conv writes
-// its block's output directly, without the dst zero point that slows oneDNN's AVX2 int8 kernels.
+// the add's activation and requantization. The conv's own requantization stays, as post-ops that
+// round its real result to its grid and back, so the numbers are the QDQ graph's; the residual
+// block's second conv then writes its block's output directly, in place of the residual when
+// nothing reads that later, without the intermediate tensor and the QAdd pass.
 void fuse_residuals(Graph& g, LoweringReport& rep) {
   for (auto& a : g.nodes) {
+    // The add's activation may not be a Clip: the fused conv uses clip for its own rounding (see
+    // compat::set_int8_attr on oneDNN 2.6's repeated post-ops).
     if (a.dead || a.op != "QAdd" || !a.q.requantize) continue;
+    if (std::any_of(a.post.begin(), a.post.end(), [](const PostOp& p) { return p.alg == dnnl::algorithm::eltwise_clip; }))
+      continue;
     for (size_t side = 0; side < 2; ++side) {
       Node* c = g.producer(a.in[side]);
       if (!c || c->op != "QConv" || !c->q.requantize || !c->post.empty() || c->q.sum) continue;
@@ -511,6 +496,9 @@ void fuse_residuals(Graph& g, LoweringReport& rep) {
       c->q.sum = true;
       c->q.sum_scale = side == 0 ? a.q.b_scale : a.q.x_scale;
       c->q.sum_zero = side == 0 ? a.q.b_zero : a.q.x_zero;
+      c->q.mid_scale = c->q.y_scale;
+      c->q.mid_zero = c->q.y_zero;
+      c->q.mid_type = c->q.y_type;
       c->q.y_scale = a.q.y_scale;
       c->q.y_zero = a.q.y_zero;
       c->q.y_type = a.q.y_type;
@@ -538,6 +526,27 @@ void mark_inplace(Graph& g) {
     for (int k : g.consumers(r)) later = later || static_cast<size_t>(k) > i;
     c.q.inplace = !later;
   }
+}
+
+// Without VNNI, x86 int8 kernels multiply u8 x s8 pairs into int16 (vpmaddubsw), which saturates
+// when both weights of a pair are large: weights within 7 bits never saturate.
+void note_saturation(const Graph& g, LoweringReport& rep) {
+  using isa = dnnl::cpu_isa;
+  const isa cpu = dnnl::get_effective_cpu_isa();
+  if (cpu == isa::avx2_vnni || cpu == isa::avx512_core_vnni || cpu == isa::avx512_core_bf16 || cpu == isa::avx512_core_amx)
+    return;
+  int wide = 0;
+  for (auto& n : g.nodes) {
+    if (n.dead || (n.op != "QConv" && n.op != "QMatMul")) continue;
+    const HTensor* w = g.constant(n.in[1]);
+    bool big = false;
+    for (int64_t k = 0; w && k < w->numel() && !big; ++k) big = std::abs(w->ptr<int8_t>()[k]) > 63;
+    wide += big;
+  }
+  if (wide)
+    rep.notes.push_back(std::to_string(wide) + " int8 layer(s) use 8-bit weights and this CPU has no VNNI: its int8 "
+                        "dot products (vpmaddubsw) can saturate, as ONNX Runtime's do; `pare quantize --weight-bits 7` "
+                        "gives weights that never do");
 }
 
 void fuse_qdq(Graph& g, LoweringReport& rep) {
@@ -605,7 +614,11 @@ void fuse_activations(Graph& g, LoweringReport& rep) {
       Node* a = sole_consumer(g, c.out[0]);
       if (!a || a->in.empty() || a->in[0] != c.out[0]) break;
       auto p = activation_post_op(*a, g);
-      if (!p) break;
+      // One eltwise algorithm appears once in a chain (oneDNN 2.6 miscomputes repeats); int8
+      // outputs in float may get a final linear.
+      if (!p || p->alg == dnnl::algorithm::eltwise_linear ||
+          std::any_of(c.post.begin(), c.post.end(), [&](const PostOp& q) { return q.alg == p->alg; }))
+        break;
       c.post.push_back(*p);
       a->dead = true;
       retarget_output(g, c, 0, a->out[0]);
@@ -816,6 +829,7 @@ Graph build_graph(const reader::Model& m, const Options& opts, LoweringReport& r
     fuse_qdq(g, rep);
     drop_dead(g);  // the DequantizeLinear nodes the int8 nodes replaced no longer count as readers
     fuse_residuals(g, rep);
+    note_saturation(g, rep);
   }
   fold_constants(g, rep);
   fold_batch_norms(g, rep);

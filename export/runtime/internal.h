@@ -59,6 +59,8 @@ struct View {
 };
 
 int64_t numel_of(const std::vector<int64_t>& dims);
+/// The DType of an ONNX data type number pare_rt computes in, or nullopt.
+std::optional<DType> dtype_from_onnx(int64_t onnx_type);
 std::string dims_str(const std::vector<int64_t>& dims);
 /// dnnl data type of a DType (f32, u8, s8, s32; others have none and throw InternalError).
 dnnl::memory::data_type dnnl_type(DType t);
@@ -116,11 +118,16 @@ struct QuantInfo {
   DType y_type = DType::kFloat32;
   /// Bias in the accumulator domain (b / (x_scale * w_scale[c])): int32 when exact, else float.
   std::optional<HTensor> bias;
-  /// QConv with a residual Add fused (input 2): its real value sum_scale * (q - sum_zero) is added
-  /// before the post-ops; `inplace` when the conv may write over it (no later reader).
+  /// QConv with a residual Add fused (input 2): the conv's own output is still rounded to its grid
+  /// (mid_*: the QuantizeLinear the add dequantized it from), then the residual's real value
+  /// sum_scale * (q - sum_zero) is added before the add's post-ops and requantization; `inplace`
+  /// when the conv may write over the residual (no later reader).
   bool sum = false;
   float sum_scale = 1;
   int32_t sum_zero = 0;
+  float mid_scale = 1;
+  int32_t mid_zero = 0;
+  DType mid_type = DType::kUInt8;
   bool inplace = false;
 };
 
@@ -261,8 +268,13 @@ struct Plan {
     std::unordered_map<int, int> args;  ///< oneDNN arg -> plan value
     std::function<void(struct RunCtx&)> fn;
     std::vector<int> uses;              ///< plan values read or written (for buffer lifetimes)
-    std::string what;                   ///< the node, for errors
+    std::string what;                   ///< the node, for errors and profiles
+    std::string op;                     ///< the node's op type
+    int64_t macs = 0;                   ///< multiply-accumulates (Conv, MatMul), for profiles
     std::unordered_map<int, dnnl::memory> mems;  ///< made once the arena is laid out
+    std::vector<dnnl_exec_arg_t> c_args;          ///< the same, as the C API takes them (no map per run)
+    double ms = 0;                      ///< time spent, when profiling
+    int64_t calls = 0;
   };
   std::deque<PValue> values;  ///< a deque: references stay valid while steps add temporaries
   std::vector<Step> steps;
@@ -272,13 +284,17 @@ struct Plan {
   std::shared_ptr<void> arena;
   int64_t arena_bytes = 0;
   std::vector<void*> ptrs;   ///< per value: its bytes (nullptr for those bound to an input)
+  std::vector<void*> run_ptrs;  ///< ptrs with the inputs' bytes of the current run
+  int threads = 0;                               ///< the OpenMP thread count it was built for
+  std::vector<std::vector<int64_t>> input_dims;  ///< the input shapes it runs
+  std::vector<TensorView> out_views;             ///< what Model::run returns
   std::vector<int> root_input;  ///< per value: the graph input whose bytes it is, or -1
   std::vector<std::pair<int, dnnl::memory*>> external_mems;  ///< memories over graph inputs
 };
 
 /// What a step sees while running.
 struct RunCtx {
-  std::vector<void*> ptr;  ///< per plan value
+  const std::vector<void*>& ptr;  ///< per plan value
   View view(const Plan& p, int v) const;
 };
 
@@ -297,6 +313,7 @@ class WeightCache {
 
 /// Builds a node's steps.
 struct BuildCtx {
+  const Graph& graph;
   const Node& node;
   Plan& plan;
   const dnnl::engine& eng;
@@ -319,9 +336,21 @@ struct BuildCtx {
   int temp(DType t, std::vector<int64_t> dims, const dnnl::memory::desc& md);
   /// A plan-owned constant value.
   int constant(HTensor t);
-  void prim(dnnl::primitive p, std::unordered_map<int, int> args, std::string what);
+  /// A oneDNN primitive step; `macs` its multiply-accumulates (for profiles).
+  void prim(dnnl::primitive p, std::unordered_map<int, int> args, std::string what, int64_t macs = 0);
   /// A step of our own that reads and writes the plan values in `uses`.
   void fn(std::function<void(RunCtx&)> f, std::vector<int> uses);
+  /// True when graph value `v` is the activation input of an int8 convolution (which reads NHWC).
+  bool feeds_int8_conv(int v) const {
+    for (int k : graph.consumers(v))
+      if (graph.nodes[static_cast<size_t>(k)].op == "QConv" && graph.nodes[static_cast<size_t>(k)].in[0] == v) return true;
+    return false;
+  }
+  /// The value whose bytes `id` uses (itself unless it is a view).
+  int root(int id) const {
+    while (v(id).alias >= 0) id = v(id).alias;
+    return id;
+  }
   /// Output i as a view of input value `src` (same bytes, new dims): plain layouts only.
   void alias(size_t i, int src);
   template <class... A> [[noreturn]] void fail(const A&... a) const {
@@ -332,13 +361,17 @@ struct BuildCtx {
 /// Runs a node's reference kernel on known inputs (constant folding).
 std::vector<HTensor> eval_node(const OpImpl& impl, const Node& n, const std::vector<const HTensor*>& in);
 
+/// Throws InputError naming `what` when a tensor of these dims needs more bytes than the machine has
+/// (or the count overflows).
+void check_size(DType t, const std::vector<int64_t>& dims, const std::string& what);
+
 /// Builds the plan of `g` for the given input dims (under the calling thread's OpenMP thread count,
 /// which oneDNN's kernels are tuned for).
 std::unique_ptr<Plan> build_plan(const Graph& g, const std::vector<std::vector<int64_t>>& input_dims,
                                  const dnnl::engine& eng, dnnl::stream& s, WeightCache& weights);
 
-/// Runs a plan on the inputs.
-void run_plan(Plan& p, const std::vector<TensorView>& inputs, dnnl::stream& s);
+/// Runs a plan on the inputs; with `profile`, times every step (Plan::Step::ms, calls).
+void run_plan(Plan& p, const std::vector<TensorView>& inputs, dnnl::stream& s, bool profile = false);
 
 /// One global CPU engine.
 const dnnl::engine& cpu_engine();

@@ -17,6 +17,8 @@ struct Model::Impl {
   LoweringReport report;
   std::vector<std::pair<std::string, std::string>> metadata;
   int threads = 0;
+  bool profile = false;
+  Plan* last = nullptr;
   dnnl::stream stream{cpu_engine()};
   WeightCache weights;
   std::map<std::pair<std::vector<std::vector<int64_t>>, int>, std::unique_ptr<Plan>> plans;
@@ -32,6 +34,9 @@ struct Model::Impl {
     ~Threads() { omp_set_num_threads(before); }
   };
 
+  /// The input dims after checking dtypes, ranks, fixed and symbolic dims; throws InputError.
+  std::vector<std::vector<int64_t>> check_inputs(const std::vector<TensorView>& inputs) const;
+
   Plan& plan_for(const std::vector<std::vector<int64_t>>& dims) {
     auto key = std::make_pair(dims, omp_get_max_threads());
     auto it = plans.find(key);
@@ -43,6 +48,12 @@ struct Model::Impl {
       throw InputError("'" + graph.origin + "': " + e.what());
     }
     Plan& ref = *p;
+    ref.threads = omp_get_max_threads();
+    ref.input_dims = dims;
+    for (int v : ref.outputs) {
+      const PValue& pv = ref.values[static_cast<size_t>(v)];
+      ref.out_views.push_back(TensorView{pv.dtype, pv.dims, ref.ptrs[static_cast<size_t>(v)]});
+    }
     // Extra outputs learn their dtype and dims from the first plan.
     for (size_t k = 0; k < graph.output_specs.size(); ++k) {
       ValueSpec& s = graph.output_specs[k];
@@ -75,6 +86,7 @@ Model Model::load_bytes(const std::string& bytes, const std::string& origin, con
   if (const char* e = std::getenv("PARE_RT_INT8"); e && std::string(e) == "0") o.int8(false);
   auto impl = std::make_unique<Impl>();
   impl->threads = opts.threads_;
+  impl->profile = opts.profile_;
   impl->metadata = m.metadata;
   try {
     impl->graph = build_graph(m, o, impl->report);
@@ -89,7 +101,11 @@ Model Model::load_bytes(const std::string& bytes, const std::string& origin, con
     dims.push_back(d);
   }
   Impl::Threads t(impl->threads);
-  impl->plan_for(dims);
+  try {
+    impl->plan_for(dims);
+  } catch (const InputError& e) {
+    throw InputError(std::string(e.what()) + " (planning the inputs' symbolic dims as 1, at load)");
+  }
   return Model(std::move(impl));
 }
 
@@ -97,6 +113,7 @@ const std::vector<ValueSpec>& Model::inputs() const { return impl_->graph.input_
 const std::vector<ValueSpec>& Model::outputs() const { return impl_->graph.output_specs; }
 const std::vector<std::pair<std::string, std::string>>& Model::metadata() const { return impl_->metadata; }
 const LoweringReport& Model::report() const { return impl_->report; }
+bool Model::has_value(const std::string& name) const { return !name.empty() && impl_->graph.by_name.count(name); }
 
 void Model::set_threads(int threads) {
   PARE_CHECK(threads >= 0, "threads must be >= 0, got ", threads);
@@ -105,6 +122,13 @@ void Model::set_threads(int threads) {
 }
 
 int Model::threads() const { return impl_->threads; }
+
+std::vector<StepProfile> Model::profile() const {
+  std::vector<StepProfile> r;
+  if (!impl_->profile || !impl_->last) return r;
+  for (auto& s : impl_->last->steps) r.push_back({s.what, s.op, s.calls, s.ms, s.macs});
+  return r;
+}
 
 int64_t Model::arena_bytes() const {
   int64_t n = 0;
@@ -119,10 +143,9 @@ int64_t Model::weight_bytes() const {
   return n;
 }
 
-std::vector<TensorView> Model::run(const std::vector<TensorView>& inputs) {
-  Impl& m = *impl_;
-  const auto& specs = m.graph.input_specs;
-  const std::string& origin = m.graph.origin;
+std::vector<std::vector<int64_t>> Model::Impl::check_inputs(const std::vector<TensorView>& inputs) const {
+  const auto& specs = graph.input_specs;
+  const std::string& origin = graph.origin;
   PARE_CHECK(inputs.size() == specs.size(), "'", origin, "' takes ", specs.size(), " input(s), got ", inputs.size());
   std::map<std::string, int64_t> symbols;
   std::vector<std::vector<int64_t>> dims;
@@ -147,16 +170,24 @@ std::vector<TensorView> Model::run(const std::vector<TensorView>& inputs) {
     PARE_CHECK(x.data || x.numel() == 0, "input '", s.name, "' has no data");
     dims.push_back(x.dims);
   }
+  return dims;
+}
+
+const std::vector<TensorView>& Model::run(const std::vector<TensorView>& inputs) {
+  Impl& m = *impl_;
   std::lock_guard<std::mutex> lock(m.mu);
   Impl::Threads t(m.threads);
-  Plan& p = m.plan_for(dims);
-  run_plan(p, inputs, m.stream);
-  std::vector<TensorView> out;
-  for (int v : p.outputs) {
-    const PValue& pv = p.values[static_cast<size_t>(v)];
-    out.push_back(TensorView{pv.dtype, pv.dims, p.ptrs[static_cast<size_t>(v)]});
-  }
-  return out;
+  // The shapes of the last run at the same thread count: no lookup and no allocation, only the
+  // checks that keep the plan valid.
+  Plan* p = m.last;
+  bool same = p && p->threads == omp_get_max_threads() && inputs.size() == p->input_dims.size();
+  for (size_t k = 0; same && k < inputs.size(); ++k)
+    same = inputs[k].dtype == m.graph.input_specs[k].dtype && inputs[k].dims == p->input_dims[k] &&
+           (inputs[k].data || p->values[static_cast<size_t>(m.graph.inputs[k])].md.get_size() == 0);
+  if (!same) p = &m.plan_for(m.check_inputs(inputs));
+  run_plan(*p, inputs, m.stream, m.profile);
+  m.last = p;
+  return p->out_views;
 }
 
 std::string backend_version() {

@@ -24,6 +24,13 @@ std::vector<int64_t> conv_out_dims(const InferCtx& c, const std::vector<int64_t>
 /// Conv weights as oneDNN sees them ([G, M/G, C/G, k...] when grouped), `any` or row-major.
 dnnl::memory::desc conv_weights_md(const std::vector<int64_t>& w, int64_t group, dnnl::memory::data_type dt, bool any);
 
+/// Multiply-accumulates of a convolution with weight dims `w` ([M, C/group, k...]) producing `y`.
+inline int64_t conv_macs(const std::vector<int64_t>& w, const std::vector<int64_t>& y) {
+  int64_t per = 1;
+  for (size_t k = 1; k < w.size(); ++k) per *= w[k];
+  return numel_of(y) * per;
+}
+
 /// MatMul operands promoted to one rank >= 2 (1-D A gains a leading 1, 1-D B a trailing 1, batch
 /// dims padded with 1s) and the output of that rank.
 struct MatmulDims {

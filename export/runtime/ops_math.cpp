@@ -206,7 +206,7 @@ T arith(const std::string& op, T a, T b) {
       return std::min(a, b);
     case 'D':
       if constexpr (std::is_integral_v<T>) {
-        PARE_CHECK(b != 0, "Div: integer division by zero");
+        if (b == 0) return 0;  // refused before the loop (ref_binary): no throw inside OpenMP regions
       }
       return static_cast<T>(a / b);
     default: return static_cast<T>(std::pow(static_cast<double>(a), static_cast<double>(b)));
@@ -235,6 +235,16 @@ void ref_binary(RefCtx& c) {
   const std::vector<int64_t> st[2] = {ops::broadcast_strides(c.in[0].dims, out), ops::broadcast_strides(c.in[1].dims, out)};
   ops::dispatch(c.in[0].dtype, [&](auto t) {
     using T = decltype(t);
+    // Integer division by zero is bad input, refused here: an exception must not leave the
+    // OpenMP region of the loop below (that terminates the process).
+    if constexpr (std::is_integral_v<T>) {
+      if (op == "Div" && c.in[1].dtype == c.in[0].dtype) {
+        const T* d = c.in[1].ptr<T>();
+        for (int64_t k = 0; k < c.in[1].numel(); ++k)
+          PARE_CHECK(d[k] != 0, c.node.label(), ": integer division by zero (divisor element ", k, " of ",
+                     dims_str(c.in[1].dims), ")");
+      }
+    }
     const T* a = c.in[0].ptr<T>();
     if (bi.kind == Kind::kArith) {
       T* y = c.out[0].ptr<T>();
@@ -480,18 +490,6 @@ void ref_batch_norm(RefCtx& c) {
     if (c.out[k].data) std::memcpy(c.out[k].data, c.in[k + 2].data, static_cast<size_t>(ch * 4));
 }
 
-OpImpl make(const std::string& op, int in_min, int in_max, std::function<void(InferCtx&)> infer,
-            std::function<void(RefCtx&)> ref, std::function<bool(BuildCtx&)> build = nullptr, int out_max = 1) {
-  OpImpl o;
-  o.op = op;
-  o.in_min = in_min;
-  o.in_max = in_max;
-  o.out_max = out_max;
-  o.infer = std::move(infer);
-  o.ref = std::move(ref);
-  o.build = std::move(build);
-  return o;
-}
 
 }  // namespace
 
@@ -519,17 +517,17 @@ std::optional<PostOp> activation_post_op(const Node& n, const Graph& g) {
 void register_math_ops(OpTable& t) {
   for (auto& u : kUnary) {
     const bool any_numeric = std::string(u.op) == "Abs" || std::string(u.op) == "Neg";
-    t.add(make(u.op, 1, 1, any_numeric ? infer_numeric_same : infer_float_same, ref_unary,
+    t.add(ops::make_op(u.op, 1, 1, any_numeric ? infer_numeric_same : infer_float_same, ref_unary,
                u.dnnl_alg ? build_unary : nullptr));
   }
-  OpImpl clip = make("Clip", 1, 3, infer_numeric_same, ref_clip, build_clip);
+  OpImpl clip = ops::make_op("Clip", 1, 3, infer_numeric_same, ref_clip, build_clip);
   t.add(clip);
   for (auto& bi : kBinary) {
     const bool variadic = std::string(bi.op) == "Max" || std::string(bi.op) == "Min";
-    t.add(make(bi.op, variadic ? 1 : 2, variadic ? -1 : 2, infer_binary, ref_binary,
+    t.add(ops::make_op(bi.op, variadic ? 1 : 2, variadic ? -1 : 2, infer_binary, ref_binary,
                bi.dnnl_alg ? build_binary : nullptr));
   }
-  t.add(make("Sum", 1, -1, [](InferCtx& c) {
+  t.add(ops::make_op("Sum", 1, -1, [](InferCtx& c) {
     std::vector<std::vector<int64_t>> s;
     for (auto& in : c.in) s.push_back(in.dims);
     set_out(c, 0, c.in[0].dtype, ops::broadcast_dims(c, s));
@@ -540,16 +538,16 @@ void register_math_ops(OpTable& t) {
     RefCtx r{add, c.in, c.out};
     ref_binary(r);
   }));
-  t.add(make("Not", 1, 1, infer_not, ref_not));
-  t.add(make("Where", 3, 3, infer_where, ref_where));
-  OpImpl softmax = make("Softmax", 1, 1, infer_softmax, [](RefCtx& c) { softmax_ref(c, false); }, build_softmax);
+  t.add(ops::make_op("Not", 1, 1, infer_not, ref_not));
+  t.add(ops::make_op("Where", 3, 3, infer_where, ref_where));
+  OpImpl softmax = ops::make_op("Softmax", 1, 1, infer_softmax, [](RefCtx& c) { softmax_ref(c, false); }, build_softmax);
   softmax.check = check_softmax;
   t.add(softmax);
-  OpImpl log_softmax = make("LogSoftmax", 1, 1, infer_softmax, [](RefCtx& c) { softmax_ref(c, true); });
+  OpImpl log_softmax = ops::make_op("LogSoftmax", 1, 1, infer_softmax, [](RefCtx& c) { softmax_ref(c, true); });
   log_softmax.check = check_softmax;
   t.add(log_softmax);
-  t.add(make("LayerNormalization", 2, 3, infer_layer_norm, ref_layer_norm, nullptr, 3));
-  t.add(make("BatchNormalization", 5, 5, infer_batch_norm, ref_batch_norm, nullptr, 3));
+  t.add(ops::make_op("LayerNormalization", 2, 3, infer_layer_norm, ref_layer_norm, nullptr, 3));
+  t.add(ops::make_op("BatchNormalization", 5, 5, infer_batch_norm, ref_batch_norm, nullptr, 3));
 }
 
 }  // namespace pare::rt

@@ -123,7 +123,7 @@ bool build_conv(BuildCtx& b) {
   b.v(b.out[0]).md = pd.dst_desc();
   std::unordered_map<int, int> args = {{DNNL_ARG_SRC, s}, {DNNL_ARG_WEIGHTS, wt}, {DNNL_ARG_DST, b.out[0]}};
   if (b.node.has_in(2)) args[DNNL_ARG_BIAS] = b.weight(*b.v(b.in[2]).known, bias);
-  b.prim(dnnl::convolution_forward(pd), args, b.node.label());
+  b.prim(dnnl::convolution_forward(pd), args, b.node.label(), conv_macs(w.dims, b.v(b.out[0]).dims));
   return true;
 }
 
@@ -192,7 +192,8 @@ bool build_matmul(BuildCtx& b) {
   y.md = plain_md(y.dtype, y.dims);
   const int yv = b.temp(DType::kFloat32, d.y, pd.dst_desc());
   b.v(yv).alias = b.out[0];
-  b.prim(dnnl::matmul(pd), {{DNNL_ARG_SRC, av}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DST, yv}}, b.node.label());
+  b.prim(dnnl::matmul(pd), {{DNNL_ARG_SRC, av}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DST, yv}}, b.node.label(),
+         numel_of(d.y) * d.a.back());
   return true;
 }
 
@@ -279,7 +280,7 @@ bool build_gemm(BuildCtx& b) {
       args[DNNL_ARG_BIAS] = t;
     }
   }
-  b.prim(dnnl::matmul(pd), args, n.label());
+  b.prim(dnnl::matmul(pd), args, n.label(), M * N * K);
   return true;
 }
 
@@ -345,17 +346,6 @@ bool build_pool(BuildCtx& b) {
   return true;
 }
 
-OpImpl make(const std::string& op, int in_min, int in_max, std::function<void(InferCtx&)> infer,
-            std::function<void(RefCtx&)> ref, std::function<bool(BuildCtx&)> build) {
-  OpImpl o;
-  o.op = op;
-  o.in_min = in_min;
-  o.in_max = in_max;
-  o.infer = std::move(infer);
-  o.ref = std::move(ref);
-  o.build = std::move(build);
-  return o;
-}
 
 }  // namespace
 
@@ -386,11 +376,11 @@ std::vector<int64_t> matmul_out_dims(const InferCtx& c, const std::vector<int64_
 }
 
 void register_nn_ops(OpTable& t) {
-  t.add(make("Conv", 2, 3, infer_conv, nullptr, build_conv));
-  t.add(make("MatMul", 2, 2, infer_matmul, ref_matmul, build_matmul));
-  t.add(make("Gemm", 2, 3, infer_gemm, ref_gemm, build_gemm));
+  t.add(ops::make_op("Conv", 2, 3, infer_conv, nullptr, build_conv));
+  t.add(ops::make_op("MatMul", 2, 2, infer_matmul, ref_matmul, build_matmul));
+  t.add(ops::make_op("Gemm", 2, 3, infer_gemm, ref_gemm, build_gemm));
   for (const char* op : {"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"}) {
-    OpImpl p = make(op, 1, 1, infer_pool, nullptr, build_pool);
+    OpImpl p = ops::make_op(op, 1, 1, infer_pool, nullptr, build_pool);
     p.check = check_pool;
     p.out_max = std::string(op) == "MaxPool" ? 2 : 1;
     t.add(p);

@@ -3,6 +3,7 @@
 // MatMulNBits (decoded to a float MatMul at load), and the int8 nodes the QDQ pass makes: QConv and
 // QMatMul (oneDNN int8 primitives: u8/s8 activations x s8 weights, per-channel scales, zero points,
 // fused activations, requantized output) and QAdd.
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -19,12 +20,29 @@ using ops::set_out;
 using md = dnnl::memory::desc;
 using tag = dnnl::memory::format_tag;
 
-// ONNX's rounding (half to even: the default floating-point rounding mode) and saturation.
+// Round half to even (the default floating-point rounding mode) of v clamped to +-2^22: adding and
+// subtracting 1.5 * 2^23 rounds exactly there, and vectorizes where nearbyint is a library call on
+// baseline x86-64. Quantized values saturate far inside that range.
+inline float clamp_value(float v, float lo, float hi) {  // by value: vectorizes (std::min/max return references)
+  v = v < lo ? lo : v;
+  return v > hi ? hi : v;
+}
+
+inline float round_even(float v) {
+  constexpr float kMagic = 12582912.f, kMax = 4194304.f;  // 1.5 * 2^23, 2^22
+  return (clamp_value(v, -kMax, kMax) + kMagic) - kMagic;
+}
+
+// ONNX's QuantizeLinear of `v` = x / scale: round half to even, then add the zero point, then
+// saturate (the order matters: round(v) + z and round(v + z) differ on ties when z is odd).
 template <class T>
-T saturate_round(float v) {
-  const float r = std::nearbyint(v);
+T quantize_value(float v, float zero) {
   const float lo = static_cast<float>(std::numeric_limits<T>::min()), hi = static_cast<float>(std::numeric_limits<T>::max());
-  return static_cast<T>(std::min(std::max(r, lo), hi));
+  if constexpr (sizeof(T) == 1) {
+    return static_cast<T>(static_cast<int32_t>(clamp_value(round_even(v) + zero, lo, hi)));
+  } else {
+    return static_cast<T>(std::min(std::max(std::nearbyint(v) + zero, lo), hi));
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -86,7 +104,7 @@ void ref_quantize(RefCtx& c) {
       const int64_t p = ap.per_axis ? (k / ap.inner) % ap.len : 0;
       const float zp = z ? static_cast<float>(static_cast<const T*>(z->data)[p]) : 0.f;
       const float v = x.dtype == DType::kFloat32 ? x.ptr<float>()[k] : static_cast<float>(x.ptr<int32_t>()[k]);
-      y[k] = saturate_round<T>(std::nearbyint(v / s.ptr<float>()[p]) + zp);
+      y[k] = quantize_value<T>(v / s.ptr<float>()[p], zp);
     }
   });
 }
@@ -119,7 +137,42 @@ void ref_dequantize(RefCtx& c) {
   });
 }
 
-// Per-tensor Q/DQ with known parameters: one oneDNN reorder in the input's own layout.
+// y = saturate(round(x / scale) + zero) of a plain float tensor, written with `dst_strides` (row-major,
+// or NHWC for an int8 conv): ONNX divides, where a oneDNN reorder would multiply by 1/scale and
+// round differently on ties.
+// Compiled for AVX2 as well as the baseline (the division is the cost: 8 lanes instead of 4).
+template <class T>
+__attribute__((target_clones("avx2", "default"))) void quantize_run(const float* __restrict x, T* __restrict y, int64_t n,
+                                                                   int64_t y_stride, float scale, float zp) {
+  if (y_stride == 1) {  // its own loop: the vectorizer wants a known unit stride
+    for (int64_t k = 0; k < n; ++k) y[k] = quantize_value<T>(x[k] / scale, zp);
+  } else {
+    for (int64_t k = 0; k < n; ++k) y[k * y_stride] = quantize_value<T>(x[k] / scale, zp);
+  }
+}
+
+template <class T>
+void quantize_strided(const float* x, T* y, const std::vector<int64_t>& dims, bool nhwc, float scale, int32_t zero) {
+  const float zp = static_cast<float>(zero);
+  if (!nhwc) {
+    ops::parallel_ranges(numel_of(dims), 32768,
+                         [=](int64_t b, int64_t e) { quantize_run(x + b, y + b, e - b, 1, scale, zp); });
+    return;
+  }
+  // NCHW in, NHWC out: each (image, channel) plane is read contiguously and written with stride C.
+  const int64_t N = dims[0], C = dims[1], HW = dims[2] * dims[3];
+  ops::parallel_ranges(N * C, 32768 / std::max<int64_t>(HW, 1), [=](int64_t b, int64_t e) {
+    for (int64_t plane = b; plane < e; ++plane) {
+      const int64_t img = plane / C, c = plane % C;
+      quantize_run(x + plane * HW, y + img * HW * C + c, HW, C, scale, zp);
+    }
+  });
+}
+
+// Per-tensor Q/DQ with known parameters. DequantizeLinear is one oneDNN reorder in the input's own
+// layout ((q - zero) * scale, as ONNX computes it). QuantizeLinear of a plain float tensor is our own
+// loop (ONNX's division), writing NHWC directly when an int8 conv reads it; of a blocked one, a
+// oneDNN reorder (multiplying by 1/scale: within one step of ONNX's rounding on ties).
 bool build_qdq(BuildCtx& b, bool quantize) {
   const PValue& x = b.v(b.in[0]);
   const PValue& s = b.v(b.in[1]);
@@ -130,6 +183,20 @@ bool build_qdq(BuildCtx& b, bool quantize) {
   const float scale = s.known->ptr<float>()[0];
   const int32_t zero = has_z ? static_cast<int32_t>(b.v(b.in[2]).known->i(0)) : 0;
   const PValue& y = b.v(b.out[0]);
+  if (quantize && x.plain()) {
+    const bool nhwc = x.dims.size() == 4 && b.feeds_int8_conv(b.node.out[0]);
+    b.v(b.out[0]).md = nhwc ? md(x.dims, dnnl_type(y.dtype), tag::nhwc) : plain_md(y.dtype, y.dims);
+    const int in = b.in[0], out = b.out[0];
+    const std::vector<int64_t> dims = x.dims;
+    const DType t = y.dtype;
+    b.fn([=](RunCtx& ctx) {
+      const float* src = static_cast<const float*>(ctx.ptr[static_cast<size_t>(in)]);
+      void* dst = ctx.ptr[static_cast<size_t>(out)];
+      if (t == DType::kUInt8) quantize_strided(src, static_cast<uint8_t*>(dst), dims, nhwc, scale, zero);
+      else quantize_strided(src, static_cast<int8_t*>(dst), dims, nhwc, scale, zero);
+    }, {in, out});
+    return true;
+  }
   const md dst = compat::retyped(x.md, dnnl_type(y.dtype));
   std::vector<std::pair<int, HTensor>> extra;
   auto pd = quantize ? compat::scaled_reorder(b.eng, x.md, dst, 1.f / scale, 0, zero, extra)
@@ -160,10 +227,10 @@ void ref_dynamic_quantize(RefCtx& c) {
     hi = std::max(hi, x[k]);
   }
   const float scale = (hi - lo) / 255.f;
-  const uint8_t zp = scale > 0 ? saturate_round<uint8_t>(std::nearbyint(0.f - lo / scale)) : 0;
+  const uint8_t zp = scale > 0 ? quantize_value<uint8_t>(0.f - lo / scale, 0.f) : 0;
   uint8_t* y = c.out[0].ptr<uint8_t>();
 #pragma omp parallel for if (n > 65536)
-  for (int64_t k = 0; k < n; ++k) y[k] = scale > 0 ? saturate_round<uint8_t>(std::nearbyint(x[k] / scale) + zp) : zp;
+  for (int64_t k = 0; k < n; ++k) y[k] = scale > 0 ? quantize_value<uint8_t>(x[k] / scale, zp) : zp;
   if (c.out.size() > 1 && c.out[1].data) c.out[1].ptr<float>()[0] = scale;
   if (c.out.size() > 2 && c.out[2].data) c.out[2].ptr<uint8_t>()[0] = zp;
 }
@@ -226,6 +293,10 @@ compat::Int8Scales int8_scales(const QuantInfo& q, int dst_mask, int wei_mask) {
   s.sum = q.sum;
   s.sum_scale = q.sum_scale;
   s.sum_zero = q.sum_zero;
+  s.mid_scale = q.mid_scale;
+  s.mid_zero = q.mid_zero;
+  s.mid_lo = q.mid_type == DType::kInt8 ? -128.f : 0.f;
+  s.mid_hi = q.mid_type == DType::kInt8 ? 127.f : 255.f;
   return s;
 }
 
@@ -246,6 +317,24 @@ HTensor fold_src_zero(const QuantInfo& q, const HTensor& w, int64_t channels, bo
     else bias.ptr<int32_t>()[c] = static_cast<int32_t>((q.bias ? q.bias->i(c) : 0) - comp);
   }
   return bias;
+}
+
+// oneDNN's int8 kernels without VNNI take s8 activations by halving the weights (its "scale adjust"),
+// which costs the weights' last bit; u8 activations do not. s8 values shifted by 128 (x ^ 0x80) are
+// the same numbers as u8 with the zero point shifted by 128: exact, for one pass over the input.
+int as_u8(BuildCtx& b, int x, QuantInfo& q) {
+  if (b.v(x).dtype != DType::kInt8) return x;
+  const md m = compat::retyped(b.v(x).md, dnnl::memory::data_type::u8);
+  const int u = b.temp(DType::kUInt8, b.v(x).dims, m);
+  const int64_t bytes = static_cast<int64_t>(m.get_size());
+  b.fn([x, u, bytes](RunCtx& ctx) {
+    const auto* src = static_cast<const uint8_t*>(ctx.ptr[static_cast<size_t>(x)]);
+    auto* dst = static_cast<uint8_t*>(ctx.ptr[static_cast<size_t>(u)]);
+#pragma omp parallel for if (bytes > 65536)
+    for (int64_t k = 0; k < bytes; ++k) dst[k] = src[k] ^ 0x80;
+  }, {x, u});
+  q.x_zero += 128;
+  return u;
 }
 
 void infer_qconv(InferCtx& c) {
@@ -270,6 +359,7 @@ bool build_qconv(BuildCtx& b) {
   bool padded = false;
   for (size_t k = 0; k < win.pads_begin.size(); ++k) padded = padded || win.pads_begin[k] || win.pads_end[k];
   QuantInfo q = n.q;
+  const int x_in = as_u8(b, b.in[0], q);
   if (q.x_zero && !padded) {  // oneDNN's source zero point costs up to 40%; the bias does it for free
     q.bias = fold_src_zero(q, w, w.dims[0], true);
     q.x_zero = 0;
@@ -278,16 +368,19 @@ bool build_qconv(BuildCtx& b) {
   dnnl::primitive_attr attr;
   auto extra = compat::set_int8_attr(attr, int8_scales(q, 1 << 1, group > 1 ? 3 : 1), n.post, bias ? &*bias : nullptr);
   const md bias_md = bias ? md({w.dims[0]}, dnnl_type(bias->dtype), tag::x) : md();
-  auto pd = compat::conv_pd(b.eng, md(x.dims, dnnl_type(x.dtype), tag::any), conv_weights_md(w.dims, group, s8, true),
+  auto pd = compat::conv_pd(b.eng, md(x.dims, dnnl::memory::data_type::u8, tag::any), conv_weights_md(w.dims, group, s8, true),
                             bias_md, md(y.dims, dnnl_type(y.dtype), tag::any), win.strides,
                             compat::dilations(win.dilations), win.pads_begin, win.pads_end, attr);
-  const int src = b.as(b.in[0], pd.src_desc());
+  const int src = b.as(x_in, pd.src_desc());
   const int wt = b.weight(w, conv_weights_md(w.dims, group, s8, false), pd.weights_desc());
   if (q.sum) {
     // The residual goes into dst first: the conv adds its own result to it. In place when nothing
     // reads the residual later, else copied (and laid out as the conv writes).
+    // A residual that is itself written in place (the previous block's output) is fine: each link of
+    // the chain was checked to have no later reader.
     const PValue& r = b.v(b.in[2]);
-    if (q.inplace && r.md == pd.dst_desc() && r.alias < 0 && r.input < 0 && !r.known) {
+    const PValue& root = b.v(b.root(b.in[2]));
+    if (q.inplace && r.md == pd.dst_desc() && root.input < 0 && !root.known && !r.known) {
       b.v(b.out[0]).md = pd.dst_desc();
       b.v(b.out[0]).alias = b.in[2];
     } else {
@@ -301,7 +394,7 @@ bool build_qconv(BuildCtx& b) {
   std::unordered_map<int, int> args = {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wt}, {DNNL_ARG_DST, b.out[0]}};
   if (bias) args[DNNL_ARG_BIAS] = b.constant(*bias);
   for (auto& [arg, t] : extra) args[arg] = b.constant(t);
-  b.prim(dnnl::convolution_forward(pd), args, n.label());
+  b.prim(dnnl::convolution_forward(pd), args, n.label(), conv_macs(w.dims, y.dims));
   return true;
 }
 
@@ -320,15 +413,15 @@ bool build_qmatmul(BuildCtx& b) {
   const MatmulDims d = matmul_dims(b.v(b.in[0]).dims, w.dims);
   const int r = static_cast<int>(d.y.size());
   const PValue& y = b.v(b.out[0]);
-  const DType xt = b.v(b.in[0]).dtype;
   const int64_t K = w.dims[0], N = w.dims[1];
   QuantInfo q = n.q;
+  const int a = b.plain(as_u8(b, b.plain(b.in[0]), q));
+  const DType xt = DType::kUInt8;
   if (q.x_zero) {
     q.bias = fold_src_zero(q, w, N, false);
     q.x_zero = 0;
   }
   std::optional<HTensor> bias = q.bias;
-  const int a = b.plain(b.in[0]);
   const auto s8 = dnnl::memory::data_type::s8;
   b.v(b.out[0]).md = plain_md(y.dtype, y.dims);
   std::unordered_map<int, int> args;
@@ -372,7 +465,7 @@ bool build_qmatmul(BuildCtx& b) {
     for (auto& [arg, t] : extra) args[arg] = b.constant(t);
     prim = dnnl::matmul(pd);
   }
-  b.prim(prim, args, n.label());
+  b.prim(prim, args, n.label(), numel_of(d.y) * K);
   return true;
 }
 
@@ -384,23 +477,36 @@ void infer_qadd(InferCtx& c) {
 }
 
 // y = post(sa * (a - za) + sb * (b - zb)), requantized to y's scale when the node says so.
+struct QAddParams {
+  float sa, za, sb, zb, lo, hi, sy, zy;
+};
+
+template <class A, class B, class Y>
+void qadd_run(const A* __restrict a, const B* __restrict b, Y* __restrict y, int64_t n, const int64_t* ia,
+              const int64_t* ib, const QAddParams p) {
+  for (int64_t k = 0; k < n; ++k) {
+    const int64_t i = ia ? ia[k] : k, j = ib ? ib[k] : k;
+    float v = p.sa * (static_cast<float>(a[i]) - p.za) + p.sb * (static_cast<float>(b[j]) - p.zb);
+    v = clamp_value(v, p.lo, p.hi);
+    if constexpr (std::is_same_v<Y, float>) y[k] = v;
+    else y[k] = quantize_value<Y>(v / p.sy, p.zy);
+  }
+}
+
 template <class A, class B, class Y>
 void qadd_loop(const QuantInfo& q, const std::vector<PostOp>& post, const A* a, const B* b, Y* y, int64_t n,
                const int64_t* ia, const int64_t* ib) {
-  float lo = -std::numeric_limits<float>::infinity(), hi = std::numeric_limits<float>::infinity();
-  for (auto& p : post) {
-    if (p.alg == dnnl::algorithm::eltwise_relu) lo = std::max(lo, 0.f);
-    else if (p.alg == dnnl::algorithm::eltwise_clip) lo = std::max(lo, p.alpha), hi = std::min(hi, p.beta);
+  QAddParams p{q.x_scale, static_cast<float>(q.x_zero), q.b_scale, static_cast<float>(q.b_zero),
+               -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::infinity(), q.y_scale,
+               static_cast<float>(q.y_zero)};
+  for (auto& op : post) {
+    if (op.alg == dnnl::algorithm::eltwise_relu) p.lo = std::max(p.lo, 0.f);
+    else if (op.alg == dnnl::algorithm::eltwise_clip) p.lo = std::max(p.lo, op.alpha), p.hi = std::min(p.hi, op.beta);
   }
-#pragma omp parallel for if (n > 16384)
-  for (int64_t k = 0; k < n; ++k) {
-    const int64_t i = ia ? ia[k] : k, j = ib ? ib[k] : k;
-    float v = q.x_scale * static_cast<float>(static_cast<int32_t>(a[i]) - q.x_zero) +
-              q.b_scale * static_cast<float>(static_cast<int32_t>(b[j]) - q.b_zero);
-    v = std::min(std::max(v, lo), hi);
-    if constexpr (std::is_same_v<Y, float>) y[k] = v;
-    else y[k] = saturate_round<Y>(std::nearbyint(v / q.y_scale) + static_cast<float>(q.y_zero));
-  }
+  ops::parallel_ranges(n, 16384, [=](int64_t s, int64_t e) {
+    if (ia) qadd_run(a, b, y + s, e - s, ia + s, ib + s, p);
+    else qadd_run(a + s, b + s, y + s, e - s, nullptr, nullptr, p);
+  });
 }
 
 void run_qadd(const Node& n, const View& a, const View& b, const View& y, bool broadcast) {
@@ -442,11 +548,17 @@ bool build_qadd(BuildCtx& b) {
   b.v(b.out[0]).md = compat::retyped(a.md, dnnl_type(y.dtype));
   const Node& n = b.node;
   const int ia = b.in[0], ib = bb, io = b.out[0];
-  const Plan& plan = b.plan;
-  b.fn([&n, &plan, ia, ib, io](RunCtx& ctx) {
-    // Views with the logical dims: the bytes are dense in the shared layout, which elementwise
-    // math does not care about.
-    run_qadd(n, ctx.view(plan, ia), ctx.view(plan, ib), ctx.view(plan, io), false);
+  // Views with the logical dims, made once (the bytes are dense in the shared layout, which
+  // elementwise math does not care about); each run only points them at its bytes.
+  auto views = std::make_shared<std::array<View, 3>>(std::array<View, 3>{
+      View{b.v(ia).dtype, b.v(ia).dims, nullptr}, View{b.v(ib).dtype, b.v(ib).dims, nullptr},
+      View{b.v(io).dtype, b.v(io).dims, nullptr}});
+  b.fn([&n, views, ia, ib, io](RunCtx& ctx) {
+    auto& v = *views;
+    v[0].data = ctx.ptr[static_cast<size_t>(ia)];
+    v[1].data = ctx.ptr[static_cast<size_t>(ib)];
+    v[2].data = ctx.ptr[static_cast<size_t>(io)];
+    run_qadd(n, v[0], v[1], v[2], false);
   }, {ia, ib, io});
   return true;
 }
@@ -461,20 +573,6 @@ std::string check_nbits(Node& n, const Graph& g) {
   return "";
 }
 
-OpImpl make(const std::string& op, const std::string& domain, int in_min, int in_max,
-            std::function<void(InferCtx&)> infer, std::function<void(RefCtx&)> ref,
-            std::function<bool(BuildCtx&)> build, int out_max = 1) {
-  OpImpl o;
-  o.op = op;
-  o.domain = domain;
-  o.in_min = in_min;
-  o.in_max = in_max;
-  o.out_max = out_max;
-  o.infer = std::move(infer);
-  o.ref = std::move(ref);
-  o.build = std::move(build);
-  return o;
-}
 
 }  // namespace
 
@@ -541,17 +639,19 @@ void decode_matmul_nbits(Graph& g) {
 }
 
 void register_quant_ops(OpTable& t) {
-  t.add(make("QuantizeLinear", "", 2, 3, infer_quantize, ref_quantize, [](BuildCtx& b) { return build_qdq(b, true); }));
-  t.add(make("DequantizeLinear", "", 2, 3, infer_dequantize, ref_dequantize,
-             [](BuildCtx& b) { return build_qdq(b, false); }));
-  t.add(make("DynamicQuantizeLinear", "", 1, 1, infer_dynamic_quantize, ref_dynamic_quantize, nullptr, 3));
-  t.add(make("MatMulInteger", "", 2, 4, infer_matmul_integer, ref_matmul_integer, nullptr));
-  OpImpl nbits = make("MatMulNBits", "com.microsoft", 3, 6, [](InferCtx& c) { c.fail("decoded at load"); }, nullptr, nullptr);
+  using ops::make_op;
+  t.add(make_op("QuantizeLinear", 2, 3, infer_quantize, ref_quantize, [](BuildCtx& b) { return build_qdq(b, true); }));
+  t.add(make_op("DequantizeLinear", 2, 3, infer_dequantize, ref_dequantize,
+                [](BuildCtx& b) { return build_qdq(b, false); }));
+  t.add(make_op("DynamicQuantizeLinear", 1, 1, infer_dynamic_quantize, ref_dynamic_quantize, nullptr, 3));
+  t.add(make_op("MatMulInteger", 2, 4, infer_matmul_integer, ref_matmul_integer));
+  OpImpl nbits =
+      make_op("MatMulNBits", 3, 6, [](InferCtx& c) { c.fail("decoded at load"); }, nullptr, nullptr, 1, "com.microsoft");
   nbits.check = check_nbits;
   t.add(nbits);
-  t.add(make("QConv", "pare_rt", 2, 3, infer_qconv, nullptr, build_qconv));
-  t.add(make("QMatMul", "pare_rt", 2, 2, infer_qmatmul, nullptr, build_qmatmul));
-  t.add(make("QAdd", "pare_rt", 2, 2, infer_qadd, ref_qadd, build_qadd));
+  t.add(make_op("QConv", 2, 3, infer_qconv, nullptr, build_qconv, 1, "pare_rt"));
+  t.add(make_op("QMatMul", 2, 2, infer_qmatmul, nullptr, build_qmatmul, 1, "pare_rt"));
+  t.add(make_op("QAdd", 2, 2, infer_qadd, ref_qadd, build_qadd, 1, "pare_rt"));
 }
 
 }  // namespace pare::rt

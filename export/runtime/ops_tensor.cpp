@@ -65,7 +65,11 @@ void infer_reshape(InferCtx& c) {
 
 void infer_flatten(InferCtx& c) {
   const auto& in = c.in[0].dims;
-  const int64_t a = ops::axis(c, c.attrs().i("axis", 1), static_cast<int64_t>(in.size()), "axis", true);
+  // axis is in [-rank, rank]; a negative one counts from the back (-1 is rank - 1, not rank).
+  const int64_t rank = static_cast<int64_t>(in.size());
+  int64_t a = c.attrs().i("axis", 1);
+  c.check(a >= -rank && a <= rank, "axis must be in [", -rank, ", ", rank, "], got ", a);
+  if (a < 0) a += rank;
   int64_t outer = 1, inner = 1;
   for (int64_t k = 0; k < static_cast<int64_t>(in.size()); ++k) (k < a ? outer : inner) *= in[static_cast<size_t>(k)];
   set_out(c, 0, c.in[0].dtype, {outer, inner});
@@ -556,27 +560,14 @@ void ref_pad(RefCtx& c) {
 // ---------------------------------------------------------------------------------------------
 // Cast
 
-std::optional<DType> onnx_dtype(int64_t t) {
-  switch (t) {
-    case reader::kFloat: case reader::kDouble: case reader::kFloat16: return DType::kFloat32;
-    case reader::kUInt8: return DType::kUInt8;
-    case reader::kInt8: return DType::kInt8;
-    case reader::kInt32: return DType::kInt32;
-    case reader::kInt64: return DType::kInt64;
-    case reader::kBool: return DType::kBool;
-    default: return std::nullopt;
-  }
-}
-
 std::string check_cast(Node& n, const Graph&) {
   const int64_t to = n.attrs.i("to", -1);
-  if (!onnx_dtype(to)) return "Cast to " + reader::elem_type_name(static_cast<int>(to)) + " is not supported";
-  if (to == reader::kDouble || to == reader::kFloat16) return "Cast to " + reader::elem_type_name(static_cast<int>(to)) +
-                                                             " is not supported (pare_rt computes in float32)";
-  return "";
+  if (dtype_from_onnx(to)) return "";
+  return "Cast to " + reader::elem_type_name(static_cast<int>(to)) +
+         " is not supported (pare_rt computes in float32, uint8, int8, int32, int64 and bool)";
 }
 
-void infer_cast(InferCtx& c) { set_out(c, 0, *onnx_dtype(c.attrs().i("to", reader::kFloat)), c.in[0].dims); }
+void infer_cast(InferCtx& c) { set_out(c, 0, *dtype_from_onnx(c.attrs().i("to", reader::kFloat)), c.in[0].dims); }
 
 template <class S, class D>
 D cast_one(S v) {
@@ -708,17 +699,6 @@ void ref_argmax(RefCtx& c) {
     }
 }
 
-OpImpl make(const std::string& op, int in_min, int in_max, std::function<void(InferCtx&)> infer,
-            std::function<void(RefCtx&)> ref, int out_max = 1) {
-  OpImpl o;
-  o.op = op;
-  o.in_min = in_min;
-  o.in_max = in_max;
-  o.out_max = out_max;
-  o.infer = std::move(infer);
-  o.ref = std::move(ref);
-  return o;
-}
 
 }  // namespace
 
@@ -737,28 +717,28 @@ void register_tensor_ops(OpTable& t) {
   };
   t.add(dropout);
 
-  OpImpl constant = make("Constant", 0, 0, [](InferCtx& c) { c.fail("Constant is folded at load"); }, nullptr);
+  OpImpl constant = ops::make_op("Constant", 0, 0, [](InferCtx& c) { c.fail("Constant is folded at load"); }, nullptr);
   constant.in_min = 0;
   t.add(constant);
-  t.add(make("Shape", 1, 1, infer_shape, nullptr));
-  t.add(make("Size", 1, 1, infer_size, nullptr));
-  t.add(make("ConstantOfShape", 1, 1, infer_constant_of_shape, ref_constant_of_shape));
-  t.add(make("Range", 3, 3, infer_range, nullptr));
-  OpImpl transpose = make("Transpose", 1, 1, infer_transpose, ref_transpose);
+  t.add(ops::make_op("Shape", 1, 1, infer_shape, nullptr));
+  t.add(ops::make_op("Size", 1, 1, infer_size, nullptr));
+  t.add(ops::make_op("ConstantOfShape", 1, 1, infer_constant_of_shape, ref_constant_of_shape));
+  t.add(ops::make_op("Range", 3, 3, infer_range, nullptr));
+  OpImpl transpose = ops::make_op("Transpose", 1, 1, infer_transpose, ref_transpose);
   transpose.build = build_transpose;
   t.add(transpose);
-  t.add(make("Concat", 1, -1, infer_concat, ref_concat));
-  t.add(make("Split", 1, 2, infer_split, ref_split, 64));
-  t.add(make("Slice", 1, 5, infer_slice, ref_slice));
-  t.add(make("Gather", 2, 2, infer_gather, ref_gather));
-  t.add(make("Expand", 2, 2, infer_expand, ref_broadcast_copy));
-  t.add(make("Tile", 2, 2, infer_tile, ref_tile));
-  t.add(make("Pad", 1, 4, infer_pad, ref_pad));
-  OpImpl cast = make("Cast", 1, 1, infer_cast, ref_cast);
+  t.add(ops::make_op("Concat", 1, -1, infer_concat, ref_concat));
+  t.add(ops::make_op("Split", 1, 2, infer_split, ref_split, nullptr, 64));
+  t.add(ops::make_op("Slice", 1, 5, infer_slice, ref_slice));
+  t.add(ops::make_op("Gather", 2, 2, infer_gather, ref_gather));
+  t.add(ops::make_op("Expand", 2, 2, infer_expand, ref_broadcast_copy));
+  t.add(ops::make_op("Tile", 2, 2, infer_tile, ref_tile));
+  t.add(ops::make_op("Pad", 1, 4, infer_pad, ref_pad));
+  OpImpl cast = ops::make_op("Cast", 1, 1, infer_cast, ref_cast);
   cast.check = check_cast;
   t.add(cast);
-  for (const char* op : {"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin"}) t.add(make(op, 1, 2, infer_reduce, ref_reduce));
-  t.add(make("ArgMax", 1, 1, infer_argmax, ref_argmax));
+  for (const char* op : {"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin"}) t.add(ops::make_op(op, 1, 2, infer_reduce, ref_reduce));
+  t.add(ops::make_op("ArgMax", 1, 1, infer_argmax, ref_argmax));
 }
 
 }  // namespace pare::rt

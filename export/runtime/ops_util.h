@@ -13,12 +13,10 @@
 
 namespace pare::rt::ops {
 
-/// An ONNX axis in [-rank, rank-1] (or [-rank-1, rank] when `inclusive`) as [0, rank-1].
-inline int64_t axis(const InferCtx& c, int64_t a, int64_t rank, const char* what = "axis", bool inclusive = false) {
-  const int64_t hi = inclusive ? rank : rank - 1;
-  c.check(a >= -rank - (inclusive ? 1 : 0) && a <= hi, what, " must be in [", -rank - (inclusive ? 1 : 0), ", ", hi,
-          "], got ", a);
-  return a < 0 ? a + rank + (inclusive ? 1 : 0) : a;
+/// An ONNX axis in [-rank, rank-1] as [0, rank-1]; fails naming the node otherwise.
+inline int64_t axis(const InferCtx& c, int64_t a, int64_t rank, const char* what = "axis") {
+  c.check(a >= -rank && a <= rank - 1, what, " must be in [", -rank, ", ", rank - 1, "], got ", a);
+  return a < 0 ? a + rank : a;
 }
 
 /// A known 1-D (or 0-D) integer tensor as a vector.
@@ -68,7 +66,7 @@ void broadcast_loop(const std::vector<int64_t>& out, const std::vector<int64_t> 
   for (int64_t o = 0; o < outer; ++o) {
     int64_t base[N] = {};
     int64_t rem = o;
-    for (size_t k = rank - 1; k-- > 0;) {
+    for (size_t k = rank > 0 ? rank - 1 : 0; k-- > 0;) {  // rank 0: one element, no index
       const int64_t idx = rem % out[k];
       rem /= out[k];
       for (size_t i = 0; i < N; ++i) base[i] += idx * strides[i][k];
@@ -78,6 +76,24 @@ void broadcast_loop(const std::vector<int64_t>& out, const std::vector<int64_t> 
       for (size_t i = 0; i < N; ++i) off[i] = base[i] + j * inner_st[i];
       f(o * inner + j, off);
     }
+  }
+}
+
+/// Calls f(begin, end) on consecutive ranges of [0, n), one per OpenMP thread when n exceeds
+/// `threshold` (else once). Put the loop itself in f with its parameters in locals and __restrict
+/// pointers: loops whose scale or bounds are read through a captured reference do not vectorize
+/// (a byte store may alias them).
+template <class F>
+void parallel_ranges(int64_t n, int64_t threshold, F f) {
+  if (n <= threshold) {
+    f(int64_t{0}, n);
+    return;
+  }
+#pragma omp parallel
+  {
+    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const int64_t chunk = (n + nt - 1) / nt, begin = std::min(n, t * chunk), end = std::min(n, begin + chunk);
+    if (begin < end) f(begin, end);
   }
 }
 
@@ -97,6 +113,22 @@ void dispatch(DType t, F f) {
 /// Copies `n` elements, parallel for big copies.
 inline void copy_bytes(void* dst, const void* src, int64_t bytes) {
   if (bytes > 0 && dst != src) std::memcpy(dst, src, static_cast<size_t>(bytes));
+}
+
+/// An op table entry: `in_min`..`in_max` inputs (-1: any number), up to `out_max` outputs.
+inline OpImpl make_op(std::string op, int in_min, int in_max, std::function<void(InferCtx&)> infer,
+                      std::function<void(RefCtx&)> ref, std::function<bool(BuildCtx&)> build = nullptr,
+                      int out_max = 1, std::string domain = "") {
+  OpImpl o;
+  o.op = std::move(op);
+  o.domain = std::move(domain);
+  o.in_min = in_min;
+  o.in_max = in_max;
+  o.out_max = out_max;
+  o.infer = std::move(infer);
+  o.ref = std::move(ref);
+  o.build = std::move(build);
+  return o;
 }
 
 /// The shape-only ops' infer: output 0 takes input 0's dtype with `dims`.

@@ -1,6 +1,9 @@
 // Plans a graph at one set of input shapes: output shapes, folded shape values, each node's steps,
 // and one arena where values whose lives do not overlap share bytes. Runs plans.
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <set>
 
@@ -163,9 +166,11 @@ int BuildCtx::as(int id, const dnnl::memory::desc& md) {
   return t;
 }
 
-void BuildCtx::prim(dnnl::primitive p, std::unordered_map<int, int> args, std::string what) {
+void BuildCtx::prim(dnnl::primitive p, std::unordered_map<int, int> args, std::string what, int64_t macs) {
   Plan::Step s;
   s.prim = std::move(p);
+  s.op = what == node.label() ? node.op : "Reorder";  // reorders name themselves otherwise
+  s.macs = macs;
   for (auto& [arg, val] : args) s.uses.push_back(val);
   s.args = std::move(args);
   s.what = std::move(what);
@@ -177,6 +182,7 @@ void BuildCtx::fn(std::function<void(RunCtx&)> f, std::vector<int> uses) {
   s.fn = std::move(f);
   s.uses = std::move(uses);
   s.what = node.label();
+  s.op = node.op;
   plan.steps.push_back(std::move(s));
 }
 
@@ -205,15 +211,17 @@ void build_ref(BuildCtx& b, const OpImpl& impl) {
     b.v(id).md = plain_md(b.v(id).dtype, b.v(id).dims);
     uses.push_back(id);
   }
-  const Plan& plan = b.plan;
-  const Node& node = b.node;
+  // The kernel's views are made once; each run only points them at this run's bytes.
+  auto rc = std::make_shared<RefCtx>(RefCtx{b.node, {}, {}});
+  for (int id : in) rc->in.push_back(id < 0 ? View{} : View{b.v(id).dtype, b.v(id).dims, nullptr});
+  for (int id : b.out) rc->out.push_back(View{b.v(id).dtype, b.v(id).dims, nullptr});
   const std::vector<int> out = b.out;
   b.fn(
-      [&impl, &node, &plan, in, out](RunCtx& ctx) {
-        RefCtx rc{node, {}, {}};
-        for (int id : in) rc.in.push_back(id < 0 ? View{} : ctx.view(plan, id));
-        for (int id : out) rc.out.push_back(ctx.view(plan, id));
-        impl.ref(rc);
+      [&impl, rc, in, out](RunCtx& ctx) {
+        for (size_t k = 0; k < in.size(); ++k)
+          if (in[k] >= 0) rc->in[k].data = ctx.ptr[static_cast<size_t>(in[k])];
+        for (size_t k = 0; k < out.size(); ++k) rc->out[k].data = ctx.ptr[static_cast<size_t>(out[k])];
+        impl.ref(*rc);
       },
       uses);
 }
@@ -263,6 +271,8 @@ void lay_out(Plan& p) {
     top = std::max(top, at + std::max<int64_t>(size, 64));
   }
   p.arena_bytes = top;
+  static const int64_t ram = static_cast<int64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGE_SIZE);
+  PARE_CHECK(top <= ram, "the plan needs ", top, " bytes of buffers, more than this machine's ", ram);
   void* mem = std::aligned_alloc(64, static_cast<size_t>(std::max<int64_t>(top, 64)));
   if (!mem) throw Error("out of memory: cannot allocate a " + std::to_string(top) + "-byte arena");
   p.arena = std::shared_ptr<void>(mem, [](void* q) { std::free(q); });
@@ -294,10 +304,22 @@ void make_memories(Plan& p, const dnnl::engine& eng) {
     for (auto& [arg, m] : s.mems) {
       const int v = s.args.at(arg);
       if (p.root_input[static_cast<size_t>(v)] >= 0) p.external_mems.emplace_back(v, &m);
+      s.c_args.push_back({arg, m.get()});
     }
 }
 
 }  // namespace
+
+void check_size(DType t, const std::vector<int64_t>& dims, const std::string& what) {
+  static const int64_t ram = static_cast<int64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGE_SIZE);
+  int64_t bytes = dtype_size(t);
+  for (int64_t d : dims) {
+    PARE_CHECK(d >= 0, what, " has a negative dim in ", dims_str(dims));
+    PARE_CHECK(d == 0 || bytes <= ram / d, what, " of shape ", dims_str(dims), " (", dtype_name(t), ") would need more "
+               "than this machine's ", ram, " bytes of memory");
+    bytes *= d;
+  }
+}
 
 std::unique_ptr<Plan> build_plan(const Graph& g, const std::vector<std::vector<int64_t>>& input_dims,
                                  const dnnl::engine& eng, dnnl::stream& stream, WeightCache& weights) {
@@ -316,6 +338,7 @@ std::unique_ptr<Plan> build_plan(const Graph& g, const std::vector<std::vector<i
     PValue& pv = p.values[static_cast<size_t>(g.inputs[k])];
     pv.dtype = g.input_specs[k].dtype;
     pv.dims = input_dims[k];
+    check_size(pv.dtype, pv.dims, "input '" + g.input_specs[k].name + "'");
     pv.input = static_cast<int>(k);
     pv.md = plain_md(pv.dtype, pv.dims);
   }
@@ -345,6 +368,7 @@ std::unique_ptr<Plan> build_plan(const Graph& g, const std::vector<std::vector<i
       PValue& o = p.values[static_cast<size_t>(n.out[k])];
       o.dtype = ic.out[k].dtype;
       o.dims = ic.out[k].dims;
+      check_size(o.dtype, o.dims, n.label() + ": output " + std::to_string(k));
     }
     // Values that follow from shapes alone are computed now, once per plan.
     bool all_computed = true;
@@ -364,7 +388,7 @@ std::unique_ptr<Plan> build_plan(const Graph& g, const std::vector<std::vector<i
       }
       continue;
     }
-    BuildCtx b{n, p, eng, stream, weights, {}, {}};
+    BuildCtx b{g, n, p, eng, stream, weights, {}, {}};
     for (int v : n.in) b.in.push_back(v);
     for (int v : n.out) b.out.push_back(v < 0 ? b.temp(DType::kFloat32, {}, plain_md(DType::kFloat32, {})) : v);
     for (size_t k = 0; k < n.out.size(); ++k)
@@ -388,7 +412,7 @@ std::unique_ptr<Plan> build_plan(const Graph& g, const std::vector<std::vector<i
 
   // Outputs: plain, in bytes of their own.
   const Node copy_node{"output", "", "output", 0, {}, {}, {}, {}, {}, false};
-  BuildCtx b{copy_node, p, eng, stream, weights, {}, {}};
+  BuildCtx b{g, copy_node, p, eng, stream, weights, {}, {}};
   for (int v : g.outputs) {
     int id = v;
     const PValue& pv = p.values[static_cast<size_t>(v)];
@@ -409,21 +433,27 @@ std::unique_ptr<Plan> build_plan(const Graph& g, const std::vector<std::vector<i
   return plan;
 }
 
-void run_plan(Plan& p, const std::vector<TensorView>& inputs, dnnl::stream& s) {
-  RunCtx ctx;
-  ctx.ptr = p.ptrs;
-  for (size_t v = 0; v < ctx.ptr.size(); ++v)
-    if (p.root_input[v] >= 0) ctx.ptr[v] = inputs[static_cast<size_t>(p.root_input[v])].data;
+void run_plan(Plan& p, const std::vector<TensorView>& inputs, dnnl::stream& s, bool profile) {
+  if (p.run_ptrs.size() != p.ptrs.size()) p.run_ptrs = p.ptrs;
+  for (size_t v = 0; v < p.run_ptrs.size(); ++v)
+    if (p.root_input[v] >= 0) p.run_ptrs[v] = inputs[static_cast<size_t>(p.root_input[v])].data;
+  RunCtx ctx{p.run_ptrs};
   for (auto& [v, m] : p.external_mems) m->set_data_handle(ctx.ptr[static_cast<size_t>(v)]);
   for (auto& step : p.steps) {
+    const auto t0 = profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
     if (step.fn) {
       step.fn(ctx);
     } else {
-      try {
-        step.prim.execute(s, step.mems);
-      } catch (const dnnl::error& e) {
-        throw Error(step.what + ": oneDNN failed to run (" + e.what() + ")");
-      }
+      // The C call with the arguments prepared at plan time: the C++ execute() builds a vector of
+      // them on every call.
+      const dnnl_status_t st = dnnl_primitive_execute(step.prim.get(), s.get(), static_cast<int>(step.c_args.size()),
+                                                      step.c_args.data());
+      if (st != dnnl_success) throw Error(step.what + ": oneDNN failed to run (status " + std::to_string(st) + ")");
+    }
+    if (profile) {
+      s.wait();
+      step.ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      step.calls++;
     }
   }
   s.wait();

@@ -11,8 +11,9 @@
 // int8 oneDNN primitives (per-channel scales, zero points, ReLU/Clip and requantization fused), and
 // folds BatchNormalization into Conv. The first run at a given set of input shapes (any batch size)
 // builds that shape's primitives and memory plan, reordering each weight once into the layout
-// oneDNN picks; every later run at those shapes only executes: no allocation, no primitive
-// creation. A Model is not safe to run from two threads at once (runs are serialised by a lock).
+// oneDNN picks; every later run at those shapes only executes: no primitive creation, and no
+// allocation in pare_rt. Runs of one Model are serialised by a lock: for concurrent inference, load
+// a Model per thread (they share nothing).
 //
 // Errors throw pare::Error (core/error.h): pare::InputError for a bad file or bad inputs, naming the
 // file, node or input.
@@ -64,10 +65,21 @@ struct Options {
   /// Intermediate values to return after the graph outputs (for distillation hints, debugging);
   /// they are kept out of fusions.
   Options& extra_outputs(std::vector<std::string> v) { extra_outputs_ = std::move(v); return *this; }
+  /// Time every step of every run (Model::profile); costs a synchronisation per step.
+  Options& profile(bool v) { profile_ = v; return *this; }
 
   int threads_ = 0;
-  bool int8_ = true;
+  bool int8_ = true, profile_ = false;
   std::vector<std::string> extra_outputs_;
+};
+
+/// Where the time of the runs at one input shape went, step by step (Options::profile).
+struct StepProfile {
+  std::string node;     ///< "Conv 'layer1.0.conv1'", or what a reorder was for
+  std::string op;       ///< the op type: Conv, QConv, Reorder, ...
+  int64_t calls = 0;
+  double ms = 0;        ///< total over the calls
+  int64_t macs = 0;     ///< multiply-accumulates per call (Conv, MatMul, Gemm; 0 for the rest)
 };
 
 /// How the model was lowered, for `pare run --engine rt --verbose` and tests.
@@ -101,11 +113,17 @@ class Model {
   /// The file's metadata_props (pare.normalize, pare.labels, ...).
   const std::vector<std::pair<std::string, std::string>>& metadata() const;
   const LoweringReport& report() const;
+  /// True when the graph has a value (input, initializer or node output) of this name.
+  bool has_value(const std::string& name) const;
 
   /// Runs the model on one tensor per input, in inputs() order. Returns one view per output,
   /// pointing into buffers the model owns: valid until the next run. Throws InputError naming the
-  /// input when a dtype, rank or dim does not fit the declaration.
-  std::vector<TensorView> run(const std::vector<TensorView>& inputs);
+  /// input when a dtype, rank or dim does not fit the declaration. A run at the shapes of the run
+  /// before allocates nothing in pare_rt (oneDNN 2.6's execute() builds its argument map per call).
+  const std::vector<TensorView>& run(const std::vector<TensorView>& inputs);
+
+  /// The steps of the plan the last run used, with their times (empty unless Options::profile).
+  std::vector<StepProfile> profile() const;
 
   /// Threads for the next runs (0: the default). Plans are kept per thread count.
   void set_threads(int threads);

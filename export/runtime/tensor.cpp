@@ -28,6 +28,18 @@ int64_t dtype_size(DType t) {
   return 0;
 }
 
+std::optional<DType> dtype_from_onnx(int64_t t) {
+  switch (t) {
+    case reader::kFloat: return DType::kFloat32;
+    case reader::kUInt8: return DType::kUInt8;
+    case reader::kInt8: return DType::kInt8;
+    case reader::kInt32: return DType::kInt32;
+    case reader::kInt64: return DType::kInt64;
+    case reader::kBool: return DType::kBool;
+    default: return std::nullopt;
+  }
+}
+
 int64_t numel_of(const std::vector<int64_t>& dims) {
   int64_t n = 1;
   for (int64_t d : dims) n *= d;

@@ -5,9 +5,13 @@
 #include <stdlib.h>
 #include <dirent.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <limits>
+#include <set>
 
 #include "core/error.h"
 #include "tests/test_util.h"
@@ -427,6 +431,125 @@ TEST(OnnxIo, SaveLeavesNoFileWhenTheCheckerRejects) {
   EXPECT_THROW(serialize_onnx(g), Error);
   EXPECT_NO_THROW(save_onnx(g, path, OnnxSaveOptions().check(false)));
   EXPECT_TRUE(file_exists(path));
+}
+
+// Zeros at every other position, a -0.0 and a NaN, an all-zero and an empty tensor, in every dtype.
+Graph sparse_graph() {
+  Graph g = gemm_relu();
+  at::Tensor w = g.initializers["fc.weight"].clone();
+  w.view({-1}).slice(0, 0, 12, 2).zero_();
+  w.view({-1})[1] = -0.0f;
+  w.view({-1})[3] = std::numeric_limits<float>::quiet_NaN();
+  g.initializers["fc.weight"] = w;
+  const at::ScalarType types[] = {at::kHalf, at::kBFloat16, at::kFloat, at::kDouble, at::kChar,
+                                  at::kByte, at::kShort,    at::kInt,   at::kLong,   at::kBool};
+  for (auto type : types) {
+    const std::string n = c10::toString(type);
+    at::Tensor m = (at::randn({3, 5}) * 50).to(type);
+    m.view({-1}).slice(0, 0, 15, 3).zero_();
+    g.initializers["m_" + n] = m;
+    g.initializers["z_" + n] = at::zeros({2, 2}, type);
+    g.initializers["e_" + n] = at::zeros({0, 3}, type);
+  }
+  return g;
+}
+
+// Those ONNX allows as sparse initializers: rank >= 1, positive dims.
+std::set<std::string> sparse_able(const Graph& g) {
+  std::set<std::string> r;
+  for (const auto& [name, t] : g.initializers)
+    if (t.dim() >= 1 && t.numel() > 0) r.insert(name);
+  return r;
+}
+
+TEST(OnnxIo, SparseInitializersRoundTripBitExact) {
+  const Graph g = sparse_graph();
+  const auto names = sparse_able(g);
+  const std::string bytes = serialize_onnx(g, OnnxSaveOptions().sparse(names));  // the checker passes it
+  expect_graphs_equal(g, parse_onnx(bytes, "sparse.onnx"));
+
+  onnx::ModelProto m;
+  ASSERT_TRUE(m.ParseFromString(bytes));
+  const auto& gp = m.graph();
+  EXPECT_EQ(gp.initializer_size(), 10);  // the empty tensors, which ONNX cannot store sparse
+  EXPECT_EQ(gp.sparse_initializer_size(), static_cast<int>(names.size()));
+  EXPECT_EQ(gp.input_size(), 1);  // sparse initializers are not graph inputs
+  for (const auto& sp : gp.sparse_initializer()) {
+    const std::string& name = sp.values().name();
+    SCOPED_TRACE(name);
+    ASSERT_TRUE(g.initializers.count(name));
+    const at::Tensor& dense = g.initializers.at(name);
+    EXPECT_EQ(std::vector<int64_t>(sp.dims().begin(), sp.dims().end()), dense.sizes().vec());
+    ASSERT_EQ(sp.values().dims_size(), 1);
+    ASSERT_EQ(sp.indices().dims_size(), 1);  // linear indices
+    EXPECT_EQ(sp.indices().data_type(), onnx::TensorProto::INT64);
+    const int64_t nnz = sp.values().dims(0);
+    EXPECT_EQ(sp.indices().dims(0), nnz);
+    if (name != "fc.bias") EXPECT_LT(nnz, dense.numel());  // all but the bias have zeros
+    std::vector<int64_t> idx(static_cast<size_t>(nnz));
+    if (nnz) std::memcpy(idx.data(), sp.indices().raw_data().data(), idx.size() * 8);
+    EXPECT_TRUE(std::is_sorted(idx.begin(), idx.end()));
+  }
+  // -0.0 is a value, not a zero: it comes back with its sign.
+  const at::Tensor back = parse_onnx(bytes, "sparse.onnx").initializers.at("fc.weight");
+  EXPECT_TRUE(std::signbit(back.view({-1})[1].item<float>()));
+}
+
+TEST(OnnxIo, SparseNamesMustBeNonEmptyInitializersOfRankOneOrMore) {
+  Graph g = gemm_relu();
+  g.initializers["s"] = at::zeros({});
+  g.initializers["e"] = at::zeros({0, 3});
+  pare::testing::expect_input_error([&] { serialize_onnx(g, OnnxSaveOptions().sparse({"nope"})); },
+                                    {"'nope'", "no initializer"});
+  pare::testing::expect_input_error([&] { serialize_onnx(g, OnnxSaveOptions().sparse({"s"})); },
+                                    {"'s'", "rank >= 1"});
+  pare::testing::expect_input_error([&] { serialize_onnx(g, OnnxSaveOptions().sparse({"e"})); },
+                                    {"'e'", "positive dims"});
+  EXPECT_THROW(sparse_cost("e", g.initializers.at("e")), InputError);
+  TempDir dir;
+  pare::testing::expect_input_error([&] { save_onnx(g, dir.file("m.onnx"), OnnxSaveOptions().sparse({"s"})); },
+                                    {"'s'"});
+  EXPECT_TRUE(dir.list().empty());
+}
+
+TEST(OnnxIo, SparseInitializersStayInlineWithExternalDataAndTheFileSaysWhich) {
+  TempDir dir;
+  const Graph g = sparse_graph();
+  const std::string path = dir.file("m.onnx");
+  save_onnx(g, path, OnnxSaveOptions().external_data(true).external_threshold(0).sparse({"fc.weight", "m_Float"}));
+  OnnxFileInfo info;
+  const Graph back = load_onnx(path, OnnxLoadOptions(), &info);
+  expect_graphs_equal(g, back);
+  EXPECT_EQ(info.sparse_initializers, (std::vector<std::string>{"fc.weight", "m_Float"}));
+  EXPECT_EQ(info.file_bytes, static_cast<int64_t>(read_file(path).size()));
+  onnx::ModelProto m;
+  ASSERT_TRUE(m.ParseFromString(read_file(path)));
+  for (const auto& sp : m.graph().sparse_initializer())
+    EXPECT_NE(sp.values().data_location(), onnx::TensorProto::EXTERNAL) << sp.values().name();
+}
+
+TEST(OnnxIo, SparseCostIsWhatTheFileGainsOrLoses) {
+  Graph g = gemm_relu();
+  at::Tensor w = at::randn({64, 32});
+  w.view({-1}).narrow(0, 0, 64 * 32 * 9 / 10).zero_();  // 90% zeros: COO is smaller
+  g.initializers["big"] = w;
+  g.add_node("Identity", {"big"}, {"big_out"}, {}, "keep");
+  g.outputs.push_back({"big_out", at::kFloat, {64, 32}});
+  for (const std::string name : {"big", "fc.bias"}) {  // fc.bias: no zeros, COO is larger
+    SCOPED_TRACE(name);
+    const SparseCost c = sparse_cost(name, g.initializers.at(name));
+    EXPECT_EQ(c.elements, g.initializers.at(name).numel());
+    const int64_t dense = static_cast<int64_t>(serialize_onnx(g).size());
+    const int64_t sparse = static_cast<int64_t>(serialize_onnx(g, OnnxSaveOptions().sparse({name})).size());
+    EXPECT_EQ(dense - sparse, c.dense_bytes - c.sparse_bytes);
+  }
+  const SparseCost big = sparse_cost("big", w);
+  EXPECT_EQ(big.nonzeros, 64 * 32 - 64 * 32 * 9 / 10);
+  EXPECT_LT(big.sparse_bytes, big.dense_bytes);
+  EXPECT_NEAR(double(big.sparse_bytes), 12.0 * double(big.nonzeros), 64);  // 4 value + 8 index bytes
+  const SparseCost bias = sparse_cost("fc.bias", g.initializers.at("fc.bias"));
+  EXPECT_EQ(bias.nonzeros, 3);
+  EXPECT_GT(bias.sparse_bytes, bias.dense_bytes);
 }
 
 TEST(OnnxLoadModel, ReadsFilesAndZooSpecsAndExplainsAnythingElse) {

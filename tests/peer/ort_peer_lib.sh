@@ -18,6 +18,15 @@ fi
 export NODE_PATH=$node_modules
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/pare-$1.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
+# More arguments for every `pare run` below (e.g. pare_run_args=(--engine rt)).
+pare_run_args=()
+
+# Weight bits at which ONNX Runtime's int8 kernels are exact here. Without VNNI (AVX2 only), x86
+# int8 dot products multiply pairs of u8 x s8 into int16 (vpmaddubsw), which saturates when two
+# large 8-bit weights meet two large activations: ORT's MLAS does this (its documentation says so
+# and suggests reduce_range), so its outputs then stray from the QDQ definition by tens of steps.
+# 7-bit weights never saturate. With VNNI (vpdpbusd) there is no int16 step and 8 bits are exact.
+if grep -qE 'avx512_vnni|avx_vnni' /proc/cpuinfo; then ORT_WEIGHT_BITS=8; else ORT_WEIGHT_BITS=7; fi
 
 # run_codes_probe QDQ_MODEL INPUT.npy PREFIX: runs the model in ONNX Runtime and in `pare run` on
 # INPUT, with the codes of its last QuantizeLinear exposed as a second output (PREFIX.probe.onnx).
@@ -41,7 +50,27 @@ PYEOF
     echo "FAIL: onnxruntime cannot run $q (exit $rc):"; head -c 2000 "$p.err"; echo
     return 1
   fi
-  "$PARE" run "$q" --input "$x" --output "$p.pare.npy" --output "$last=$p.pare_codes.npy"
+  "$PARE" run "$q" --input "$x" --output "$p.pare.npy" --output "$last=$p.pare_codes.npy" ${pare_run_args[@]+"${pare_run_args[@]}"}
+}
+
+# check_codes LABEL PREFIX: after run_codes_probe, the last quantized activation's codes are at most
+# one step apart and the logits' argmax agrees on >= 99.9% of the rows. Returns 1 otherwise.
+check_codes() {
+  "$PY" - "$1" "$2" <<'PYEOF'
+import sys
+import numpy as np
+label, p = sys.argv[1], sys.argv[2]
+pc, oc = np.load(f"{p}.pare_codes.npy").astype(int), np.load(f"{p}.ort_codes.npy").astype(int)
+pl, ol = np.load(f"{p}.pare.npy"), np.load(f"{p}.ort.npy")
+steps = np.abs(pc - oc)
+agree = float((pl.argmax(1) == ol.argmax(1)).mean())
+print(f"{label}: last quantized activation {list(pc.shape)}: max |pare - ort| = {steps.max()} step(s), "
+      f"{(steps > 0).mean() * 100:.3f}% of codes differ; logits max abs diff {np.abs(pl - ol).max():.4g}; "
+      f"argmax agreement {agree * 100:.2f}% of {pl.shape[0]}")
+ok = steps.max() <= 1 and agree >= 0.999
+print("ok" if ok else "FAIL")
+sys.exit(0 if ok else 1)
+PYEOF
 }
 
 # ort_matches_pare MODEL INPUT.npy LABEL: runs MODEL on INPUT in ONNX Runtime and in `pare run` and
@@ -54,7 +83,7 @@ ort_matches_pare() {
     echo "FAIL $label: onnxruntime cannot run $model (exit $rc):"; head -c 2000 "$tmp/err.txt"; echo
     return 1
   fi
-  "$PARE" run "$model" --input "$x" --output "$tmp/pare.npy"
+  "$PARE" run "$model" --input "$x" --output "$tmp/pare.npy" ${pare_run_args[@]+"${pare_run_args[@]}"}
   "$PY" "$here/peer_util.py" compare "$tmp/pare.npy" "$tmp/ort.npy" --atol 1e-4 --scale-floor 1 \
     --label "$label (pare vs onnxruntime)"
 }

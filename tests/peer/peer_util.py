@@ -11,6 +11,10 @@
     peer_util.py make-input OUT.npy --kind image|tokens [--batch B] [--vocab V --seq S] [--seed S]
     peer_util.py check-onnx MODEL.onnx
         onnx.checker.check_model on the file (full check, with shape inference).
+    peer_util.py fmnist OUTDIR [--test N] [--calib M]
+        From the Debian package dataset-fashion-mnist: OUTDIR/x.npy, the first N test images
+        (float32 [N,1,28,28] in [0,1]), and OUTDIR/cx.npy, cy.npy, the last M training images and
+        their labels (calibration data).
 """
 import argparse
 import sys
@@ -81,6 +85,24 @@ def check_onnx(args):
     return 0
 
 
+def fmnist(args):
+    import gzip
+    import os
+
+    def idx(path):
+        data = gzip.open(path).read()
+        nd = data[3]
+        dims = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(nd)]
+        return np.frombuffer(data, np.uint8, offset=4 + 4 * nd).reshape(dims)
+    root = "/usr/share/datasets/fashion-mnist/"
+    d = args.outdir
+    np.save(os.path.join(d, "x.npy"), idx(root + "t10k-images-idx3-ubyte.gz")[:args.test].astype(np.float32)[:, None] / 255)
+    np.save(os.path.join(d, "cx.npy"),
+            idx(root + "train-images-idx3-ubyte.gz")[-args.calib:].astype(np.float32)[:, None] / 255)
+    np.save(os.path.join(d, "cy.npy"), idx(root + "train-labels-idx1-ubyte.gz")[-args.calib:].astype(np.int64))
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -104,9 +126,13 @@ def main():
         m.add_argument("--seed", type=int, default=0)
     k = sub.add_parser("check-onnx")
     k.add_argument("model")
+    f = sub.add_parser("fmnist")
+    f.add_argument("outdir")
+    f.add_argument("--test", type=int, default=2000)
+    f.add_argument("--calib", type=int, default=256)
     args = ap.parse_args()
     return {"compare": compare, "make-data": make_data, "make-input": make_input,
-            "check-onnx": check_onnx}[args.cmd](args)
+            "check-onnx": check_onnx, "fmnist": fmnist}[args.cmd](args)
 
 
 if __name__ == "__main__":

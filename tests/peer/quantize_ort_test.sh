@@ -7,7 +7,10 @@
 # and the weight-only int4 MLP (MatMulNBits) gives the same logits in both (float rounding); the
 # same checks for a QAT model (4-bit per-tensor weights, a few steps distilled from the cnn) and
 # the dynamically quantized MLP (DynamicQuantizeLinear + MatMulInteger, which ORT fuses).
-# Models: zoo cnn and mlp briefly trained on Fashion-MNIST (so logits have real margins).
+# Models: zoo cnn and mlp briefly trained on Fashion-MNIST (so logits have real margins). On CPUs
+# without VNNI the static models use 7-bit weights (ort_peer_lib.sh, ORT_WEIGHT_BITS: ORT's 8-bit
+# int8 kernels saturate there), and the dynamic model (whose int8 weights use all 8 bits) is held to
+# the argmax agreement, not to float rounding.
 #
 # Env: PARE, PARE_SOURCE_DIR, PARE_BUILD_DIR as in ort_roundtrip_test.sh; PARE_QPEER_N test images
 # (default 2000). Exits 77 (skipped) without onnxruntime-node, numpy/onnx or the dataset.
@@ -18,22 +21,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/ort_peer_lib.sh" quant-ort "numpy, onnx"
 N=${PARE_QPEER_N:-2000}
 
 # Test images as .npy (the first N of the test split), and calibration images from the train split.
-"$PY" - "$tmp" "$N" <<'PYEOF'
-import gzip, sys
-import numpy as np
-d, n = sys.argv[1], int(sys.argv[2])
-def idx(path):
-    data = gzip.open(path).read()
-    nd = data[3]
-    dims = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(nd)]
-    return np.frombuffer(data, np.uint8, offset=4 + 4 * nd).reshape(dims)
-root = "/usr/share/datasets/fashion-mnist/"
-x = idx(root + "t10k-images-idx3-ubyte.gz")[:n].astype(np.float32)[:, None] / 255
-np.save(f"{d}/x.npy", x)
-xt = idx(root + "train-images-idx3-ubyte.gz")[-256:].astype(np.float32)[:, None] / 255
-np.save(f"{d}/cx.npy", xt)
-np.save(f"{d}/cy.npy", idx(root + "train-labels-idx1-ubyte.gz")[-256:].astype(np.int64))
-PYEOF
+"$PY" "$here/peer_util.py" fmnist "$tmp" --test "$N" --calib 256
 
 failures=()
 for spec in "mlp:784-128-10" cnn qat; do
@@ -47,27 +35,14 @@ for spec in "mlp:784-128-10" cnn qat; do
   else
     "$PARE" train --model "$spec" --data fashion-mnist --epochs 1 --max-steps "$steps" --lr 2e-3 --seed 1 \
       --no-val --quiet --out "$fp32"
-    "$PARE" quantize "$fp32" --calib "npy:$tmp/cx.npy,$tmp/cy.npy" --method entropy --quiet --out "$q" >/dev/null
+    "$PARE" quantize "$fp32" --calib "npy:$tmp/cx.npy,$tmp/cy.npy" --method entropy --weight-bits "$ORT_WEIGHT_BITS" \
+      --quiet --out "$q" >/dev/null
   fi
   if ! "$PY" "$here/peer_util.py" check-onnx "$q"; then
     failures+=("$spec onnx.checker"); continue
   fi
   if ! run_codes_probe "$q" "$tmp/x.npy" "$tmp/${spec%%:*}"; then failures+=("$spec ort"); continue; fi
-  if ! "$PY" - "$spec" "$tmp/${spec%%:*}" <<'PYEOF'; then failures+=("$spec values"); fi
-import sys
-import numpy as np
-spec, p = sys.argv[1], sys.argv[2]
-pc, oc = np.load(f"{p}.pare_codes.npy").astype(int), np.load(f"{p}.ort_codes.npy").astype(int)
-pl, ol = np.load(f"{p}.pare.npy"), np.load(f"{p}.ort.npy")
-steps = np.abs(pc - oc)
-agree = float((pl.argmax(1) == ol.argmax(1)).mean())
-print(f"{spec}: last quantized activation {list(pc.shape)}: max |pare - ort| = {steps.max()} step(s), "
-      f"{(steps > 0).mean() * 100:.3f}% of codes differ; logits max abs diff {np.abs(pl - ol).max():.4g}; "
-      f"argmax agreement {agree * 100:.2f}% of {pl.shape[0]}")
-ok = steps.max() <= 1 and agree >= 0.999
-print("ok" if ok else "FAIL")
-sys.exit(0 if ok else 1)
-PYEOF
+  check_codes "$spec" "$tmp/${spec%%:*}" || failures+=("$spec values")
 done
 
 # Weight-only int4 (com.microsoft MatMulNBits): ORT runs the packed 4-bit weights and both
@@ -81,7 +56,23 @@ ort_matches_pare "$q4" "$tmp/x.npy" "mlp int4 weight-only" || failures+=("int4")
 qd="$tmp/mlp.dyn.onnx"
 "$PARE" quantize "$tmp/mlp.onnx" --dynamic --quiet --out "$qd" >/dev/null
 "$PY" "$here/peer_util.py" check-onnx "$qd" || failures+=("dynamic onnx.checker")
-ort_matches_pare "$qd" "$tmp/x.npy" "mlp dynamic int8" || failures+=("dynamic")
+if ((ORT_WEIGHT_BITS == 8)); then
+  ort_matches_pare "$qd" "$tmp/x.npy" "mlp dynamic int8" || failures+=("dynamic")
+else
+  node "$here/ort_run.js" "$qd" --input "$tmp/x.npy" --output "$tmp/dyn.ort.npy"
+  "$PARE" run "$qd" --input "$tmp/x.npy" --output "$tmp/dyn.pare.npy"
+  "$PY" - "$tmp" <<'PYEOF' || failures+=("dynamic")
+import sys
+import numpy as np
+d = sys.argv[1]
+o, p = np.load(f"{d}/dyn.ort.npy"), np.load(f"{d}/dyn.pare.npy")
+agree = float((o.argmax(1) == p.argmax(1)).mean())
+print(f"mlp dynamic int8 (no VNNI: ORT's int8 MatMul saturates): logits max abs diff {np.abs(o - p).max():.4g}, "
+      f"argmax agreement {agree * 100:.2f}% of {o.shape[0]}")
+print("ok" if agree >= 0.995 else "FAIL")
+sys.exit(0 if agree >= 0.995 else 1)
+PYEOF
+fi
 
 if ((${#failures[@]})); then
   echo "FAILED (${#failures[@]}): ${failures[*]}"; exit 1

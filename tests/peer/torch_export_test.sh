@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Peer test: models exported by PyTorch's own ONNX exporter (torchvision resnet18 and mobilenet_v2,
-# an nn.TransformerEncoder text classifier, an MLP with LayerNorm and GELU) run in `pare run` and
-# give PyTorch's outputs, at batch sizes other than the one they were exported with.
+# an nn.TransformerEncoder text classifier, an MLP with LayerNorm and GELU) run in `pare run`, on
+# both engines (the libtorch interpreter and pare_rt, `--engine rt`), and give PyTorch's outputs, at
+# batch sizes other than the one they were exported with.
 #
 # Env: PARE (the binary), PARE_SOURCE_DIR. Needs /usr/bin/python3 with torch and torchvision
 # (Debian python3-torch, python3-torchvision); exits 77 (skipped) without them.
@@ -39,23 +40,25 @@ while read -r name model input expected <&3; do
       failures+=("$name inspect")
     fi
   fi
-  out="$tmp/$(basename "$input" .input.npy).pare.npy"
-  rc=0
-  "$PARE" run "$model" --input "$input" --output "$out" 2>"$tmp/err.txt" || rc=$?
-  if ((rc != 0)); then
-    echo "FAIL $name $(basename "$input"): pare run $model --input $input --output $out (exit $rc):"
-    head -c 2000 "$tmp/err.txt"; echo
-    failures+=("$name $(basename "$input") run")
-    continue
-  fi
-  if ! "$PY" "$here/peer_util.py" compare "$out" "$expected" --atol "$ATOL" --rtol "$RTOL" \
-         --label "$name $(basename "$input")"; then
-    failures+=("$name $(basename "$input") values")
-  fi
+  for engine in torch rt; do
+    out="$tmp/$(basename "$input" .input.npy).$engine.npy"
+    rc=0
+    "$PARE" run "$model" --engine "$engine" --input "$input" --output "$out" 2>"$tmp/err.txt" || rc=$?
+    if ((rc != 0)); then
+      echo "FAIL $name $(basename "$input") ($engine): pare run $model --engine $engine --input $input (exit $rc):"
+      head -c 2000 "$tmp/err.txt"; echo
+      failures+=("$name $(basename "$input") $engine run")
+      continue
+    fi
+    if ! "$PY" "$here/peer_util.py" compare "$out" "$expected" --atol "$ATOL" --rtol "$RTOL" \
+           --label "$name $(basename "$input") ($engine)"; then
+      failures+=("$name $(basename "$input") $engine values")
+    fi
+  done
 done 3<"$tmp/cases.txt"
 
 if ((${#failures[@]})); then
   echo "FAILED (${#failures[@]}): ${failures[*]}"
   exit 1
 fi
-echo "PASSED: every PyTorch-exported model matches in pare run"
+echo "PASSED: every PyTorch-exported model matches in pare run, on both engines"
