@@ -297,7 +297,7 @@ void add_quantize(CLI::App& app, Action& action) {
       auto order = core::epoch_order(ds.size(), true, o->seed, 0);
       order.resize(static_cast<size_t>(n));
       ds.x = ds.x.index_select(0, at::tensor(order, at::kLong));
-      ds.y = ds.y.index_select(0, at::tensor(order, at::kLong));
+      if (ds.has_labels()) ds.y = ds.y.index_select(0, at::tensor(order, at::kLong));
       std::string norm = o->normalize;
       if (norm.empty() && g.metadata.count("pare.normalize")) norm = g.metadata["pare.normalize"];
       if (!norm.empty()) core::normalize(ds, norm);

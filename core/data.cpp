@@ -91,17 +91,31 @@ TensorDataset load_fashion_mnist(const std::string& dir, const std::string& spli
   return ds;
 }
 
+// The inputs of a dataset: floating x becomes float32, integer x (token ids) int64.
+at::Tensor load_npy_inputs(const std::string& spec, const std::string& xp) {
+  PARE_CHECK(file_exists(xp), "cannot open '", xp, "': no such file (dataset '", spec, "')");
+  at::Tensor x = load_npy(xp);
+  PARE_CHECK(x.dim() >= 1, "dataset inputs must be [N, ...], got a scalar in '", xp, "'");
+  if (at::isIntegralType(x.scalar_type(), /*includeBool=*/false)) return x.to(at::kLong).contiguous();
+  return x.to(at::kFloat).contiguous();
+}
+
 TensorDataset load_npy_pair(const std::string& spec, const std::string& files) {
   auto comma = files.find(',');
-  PARE_CHECK(comma != std::string::npos && comma > 0 && comma + 1 < files.size() &&
-                 files.find(',', comma + 1) == std::string::npos,
-             "npy dataset spec must be 'npy:X.npy,Y.npy', got '", spec, "'");
+  PARE_CHECK(!files.empty() && comma != 0 && (comma == std::string::npos ||
+                 (comma + 1 < files.size() && files.find(',', comma + 1) == std::string::npos)),
+             "npy dataset spec must be 'npy:X.npy,Y.npy' (or 'npy:X.npy', inputs without labels), got '",
+             spec, "'");
+  TensorDataset ds;
+  ds.name = spec;
+  if (comma == std::string::npos) {
+    ds.x = load_npy_inputs(spec, files);
+    return ds;
+  }
   const std::string xp = files.substr(0, comma), yp = files.substr(comma + 1);
-  PARE_CHECK(file_exists(xp), "cannot open '", xp, "': no such file (dataset '", spec, "')");
+  at::Tensor x = load_npy_inputs(spec, xp);
   PARE_CHECK(file_exists(yp), "cannot open '", yp, "': no such file (dataset '", spec, "')");
-  at::Tensor x = load_npy(xp);
   at::Tensor y = load_npy(yp);
-  PARE_CHECK(x.dim() >= 1, "dataset inputs must be [N, ...], got a scalar in '", xp, "'");
   PARE_CHECK(y.dim() >= 1, "dataset labels must be [N], got a scalar in '", yp, "'");
   PARE_CHECK(x.size(0) == y.size(0), "dataset inputs and labels must have the same length N, got ",
              x.size(0), " in '", xp, "' and ", y.size(0), " in '", yp, "'");
@@ -111,14 +125,8 @@ TensorDataset load_npy_pair(const std::string& spec, const std::string& files) {
     PARE_CHECK(y.numel() == 0 || at::equal(y, y.round()),
                "dataset labels must be whole numbers, got fractional values in '", yp, "'");
   }
-  TensorDataset ds;
-  // Integer inputs are token ids and stay int64; everything else is converted to float32.
-  if (at::isIntegralType(x.scalar_type(), /*includeBool=*/false))
-    ds.x = x.to(at::kLong).contiguous();
-  else
-    ds.x = x.to(at::kFloat).contiguous();
+  ds.x = x;
   ds.y = y.to(at::kLong).contiguous();
-  ds.name = spec;
   return ds;
 }
 
@@ -191,7 +199,12 @@ TensorDataset load_dataset(const std::string& spec, const std::string& split) {
   }
   if (spec.rfind("npy:", 0) == 0) return load_npy_pair(spec, spec.substr(4));
   throw InputError("unknown dataset '" + spec +
-                   "'; expected 'fashion-mnist', 'fashion-mnist:DIR' or 'npy:X.npy,Y.npy'");
+                   "'; expected 'fashion-mnist', 'fashion-mnist:DIR', 'npy:X.npy,Y.npy' or 'npy:X.npy'");
+}
+
+void require_labels(const TensorDataset& ds, const std::string& purpose) {
+  PARE_CHECK(ds.has_labels(), "dataset '", ds.name, "' has inputs but no labels, and ", purpose,
+             " needs them: give 'npy:X.npy,Y.npy'");
 }
 
 void normalize(TensorDataset& ds, const std::string& mean_std) {
@@ -312,8 +325,8 @@ void augment_batch(at::Tensor& x, const Augment& aug, uint64_t seed, int64_t epo
 DataLoader::DataLoader(const TensorDataset& ds, LoaderOptions opts) : ds_(ds), opts_(std::move(opts)) {
   PARE_CHECK(opts_.batch_size_ > 0, "batch size must be > 0, got ", opts_.batch_size_);
   PARE_CHECK(opts_.prefetch_ >= 0, "prefetch must be >= 0, got ", opts_.prefetch_);
-  PARE_CHECK(ds_.x.defined() && ds_.y.defined(), "dataset '", ds_.name, "' has no data");
-  PARE_CHECK(ds_.x.dim() >= 1 && ds_.y.dim() >= 1 && ds_.x.size(0) == ds_.y.size(0),
+  PARE_CHECK(ds_.x.defined() && ds_.x.dim() >= 1, "dataset '", ds_.name, "' has no data");
+  PARE_CHECK(!ds_.has_labels() || (ds_.y.dim() >= 1 && ds_.x.size(0) == ds_.y.size(0)),
              "dataset '", ds_.name, "' has inputs ", ds_.x.sizes(), " and labels ", ds_.y.sizes(),
              " of different lengths");
 }
@@ -434,7 +447,7 @@ Batch DataLoader::make_batch(int64_t b) const {
   PARE_ASSERT(begin < end, "batch ", b, " is outside the epoch of ", order_.size(), " samples");
   Batch out;
   out.x = gather_rows(ds_.x, order_.data() + begin, end - begin);
-  out.y = gather_rows(ds_.y, order_.data() + begin, end - begin);
+  if (ds_.has_labels()) out.y = gather_rows(ds_.y, order_.data() + begin, end - begin);
   out.rows = at::from_blob(const_cast<int64_t*>(order_.data() + begin), {end - begin}, at::kLong).clone();
   if (opts_.augment_.any()) augment_batch(out.x, opts_.augment_, opts_.seed_, epoch_, begin);
   out.index = b;

@@ -23,13 +23,19 @@
 
 namespace pare::core {
 
-/// An in-memory dataset: inputs x [N, ...] and labels y [N] (int64).
+/// An in-memory dataset: inputs x [N, ...] and labels y [N] (int64), or no labels (y undefined)
+/// when the spec names none: enough for calibration and teacher caches.
 struct TensorDataset {
   at::Tensor x;
   at::Tensor y;
   std::string name;
   int64_t size() const { return x.size(0); }
+  bool has_labels() const { return y.defined(); }
 };
+
+/// Throws InputError when `ds` has no labels, saying that `purpose` ("training", "evaluation")
+/// needs them and how to give them.
+void require_labels(const TensorDataset& ds, const std::string& purpose);
 
 /// Default folder of the Debian package dataset-fashion-mnist.
 constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mnist";
@@ -39,6 +45,7 @@ constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mnist";
 ///                                             x float32 [N, 1, 28, 28] in [0, 1], y int64 in 0..9
 ///   "npy:X.npy,Y.npy"                         the same arrays whatever the split; floating x becomes
 ///                                             float32, integer x (token ids) int64; y int64
+///   "npy:X.npy"                               inputs only (no labels): calibration, teacher caches
 /// Throws InputError naming the file when it is missing, truncated or the wrong shape, and on an
 /// unknown spec or split.
 TensorDataset load_dataset(const std::string& spec, const std::string& split = "train");

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <iomanip>
 #include <map>
 #include <sstream>
 
@@ -95,19 +96,38 @@ struct Options {
   }
 };
 
-// Builds a graph while drawing weights from one seeded generator, in construction order.
+// Limits on what a spec may ask for, checked before anything is allocated: above any model one
+// trains from the zoo (ResNet-1202, N = 200, has 1202 layers; a billion float32 parameters are
+// 4 GB), far below what would exhaust memory or build for hours on a typo such as resnet:99999.
+constexpr int64_t kMaxZooLayers = 2000;
+constexpr double kMaxZooParameters = 1e9;
+
+void check_depth(const std::string& spec, const std::string& what, double layers) {
+  if (layers > kMaxZooLayers) {
+    std::ostringstream os;
+    os << what << " = " << std::setprecision(15) << layers << " exceeds the zoo's limit of "
+       << kMaxZooLayers << " layers";
+    bad_spec(spec, os.str());
+  }
+}
+
+// Builds a graph while drawing weights from one seeded generator, in construction order. Every
+// tensor it makes counts against kMaxZooParameters before it is allocated.
 class Builder {
  public:
-  Builder(uint64_t seed) : gen_(at::make_generator<at::CPUGeneratorImpl>(seed)) {}
+  Builder(const std::string& spec, uint64_t seed)
+      : spec_(spec), gen_(at::make_generator<at::CPUGeneratorImpl>(seed)) {}
 
   Graph g;
 
   at::Tensor uniform(at::IntArrayRef shape, double bound) {
-    return at::empty(shape, at::kFloat).uniform_(-bound, bound, gen_);
+    return empty(shape).uniform_(-bound, bound, gen_);
   }
   at::Tensor normal(at::IntArrayRef shape, double std) {
-    return at::empty(shape, at::kFloat).normal_(0.0, std, gen_);
+    return empty(shape).normal_(0.0, std, gen_);
   }
+  at::Tensor ones(at::IntArrayRef shape) { return empty(shape).fill_(1.0); }
+  at::Tensor zeros(at::IntArrayRef shape) { return empty(shape).zero_(); }
   std::string init(const std::string& name, at::Tensor t) {
     PARE_ASSERT(!g.initializers.count(name), "initializer '", name, "' defined twice");
     g.initializers[name] = std::move(t);
@@ -141,9 +161,9 @@ class Builder {
   // nn.BatchNorm2d: weight 1, bias 0, running mean 0, var 1; PyTorch momentum 0.1 = ONNX 0.9.
   std::string bn(const std::string& name, const std::string& x, int64_t c) {
     return node("BatchNormalization",
-                {x, init(name + ".weight", at::ones({c})), init(name + ".bias", at::zeros({c})),
-                 init(name + ".running_mean", at::zeros({c})),
-                 init(name + ".running_var", at::ones({c}))},
+                {x, init(name + ".weight", ones({c})), init(name + ".bias", zeros({c})),
+                 init(name + ".running_mean", zeros({c})),
+                 init(name + ".running_var", ones({c}))},
                 name, {{"epsilon", 1e-5f}, {"momentum", 0.9f}});
   }
   // nn.Linear as Gemm(x, W[out,in], b, transB=1).
@@ -176,7 +196,7 @@ class Builder {
   }
   std::string layer_norm(const std::string& name, const std::string& x, int64_t d) {
     return node("LayerNormalization",
-                {x, init(name + ".weight", at::ones({d})), init(name + ".bias", at::zeros({d}))},
+                {x, init(name + ".weight", ones({d})), init(name + ".bias", zeros({d}))},
                 name, {{"axis", int64_t{-1}}, {"epsilon", 1e-5f}});
   }
 
@@ -188,7 +208,22 @@ class Builder {
   }
 
  private:
+  at::Tensor empty(at::IntArrayRef shape) {
+    double n = 1;
+    for (int64_t d : shape) n *= static_cast<double>(d);
+    params_ += n;
+    if (params_ > kMaxZooParameters) {
+      std::ostringstream os;
+      os << "the model would have more than " << std::setprecision(3) << params_
+         << " parameters; the zoo's limit is " << kMaxZooParameters;
+      bad_spec(spec_, os.str());
+    }
+    return at::empty(shape, at::kFloat);
+  }
+
+  std::string spec_;
   at::Generator gen_;
+  double params_ = 0;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -197,8 +232,9 @@ Graph build_mlp(const std::string& spec, const std::vector<std::string>& parts, 
   std::vector<int64_t> sizes;
   for (const auto& s : split(parts[0].substr(4), '-')) sizes.push_back(parse_positive(spec, "layer size", s));
   if (sizes.size() < 2) bad_spec(spec, "mlp needs at least an input and an output size, e.g. mlp:784-10");
+  check_depth(spec, "layer count", static_cast<double>(sizes.size()) - 1);
   Options opt(spec, {parts.begin() + 1, parts.end()}, {"in", "hw"});
-  Builder b(seed);
+  Builder b(spec, seed);
   const int64_t n_in = sizes[0];
   if (opt.has("in") || opt.has("hw")) {
     const int64_t c = opt.get_int("in", 1), hw = opt.get_int("hw", 28);
@@ -229,7 +265,7 @@ Graph build_lenet5(const std::string& spec, const std::vector<std::string>& part
   const int64_t c = opt.get_int("in", 1), hw = opt.get_int("hw", 28), classes = opt.get_int("classes", 10);
   const int64_t s = ((hw / 2) - 4) / 2;  // conv pad 2 keeps hw; pool; conv 5x5; pool
   if (hw / 2 - 4 < 2) bad_spec(spec, "lenet5 needs hw >= 12, got " + std::to_string(hw));
-  Builder b(seed);
+  Builder b(spec, seed);
   b.image_input(c, hw);
   std::string x = b.conv("conv1", "input", c, 6, 5, 1, 2, true);
   x = b.relu("relu1", x);
@@ -250,7 +286,7 @@ Graph build_cnn(const std::string& spec, const std::vector<std::string>& parts, 
   const int64_t c = opt.get_int("in", 1), hw = opt.get_int("hw", 28), classes = opt.get_int("classes", 10);
   if (hw < 8) bad_spec(spec, "cnn needs hw >= 8, got " + std::to_string(hw));
   const int64_t s = ((hw / 2) / 2) / 2;  // three 2x2 max pools (floor), 28 -> 14 -> 7 -> 3
-  Builder b(seed);
+  Builder b(spec, seed);
   b.image_input(c, hw);
   // Three Conv3x3-BN-Relu-MaxPool stages: one conv per stage keeps the memory-bound work at full
   // resolution small (on 2 cores BatchNorm and pooling at 28x28 cost as much as the convs).
@@ -272,9 +308,10 @@ Graph build_cnn(const std::string& spec, const std::vector<std::string>& parts, 
 
 Graph build_resnet(const std::string& spec, const std::vector<std::string>& parts, uint64_t seed) {
   const int64_t blocks = parse_positive(spec, "resnet block count", parts[0].substr(7));
+  check_depth(spec, "depth 6N+2", 6.0 * static_cast<double>(blocks) + 2);
   Options opt(spec, {parts.begin() + 1, parts.end()}, {"in", "hw", "classes"});
   const int64_t c = opt.get_int("in", 1), hw = opt.get_int("hw", 28), classes = opt.get_int("classes", 10);
-  Builder b(seed);
+  Builder b(spec, seed);
   b.image_input(c, hw);
   std::string x = b.conv("stem.conv", "input", c, 16, 3, 1, 1, false);
   x = b.relu("stem.relu", b.bn("stem.bn", x, 16));
@@ -324,6 +361,7 @@ Graph build_transformer(const std::string& spec, const std::vector<std::string>&
   const int64_t vocab = opt.require_int("vocab"), d = opt.require_int("d"),
                 heads = opt.require_int("heads"), layers = opt.require_int("layers"),
                 classes = opt.require_int("classes"), seq = opt.require_int("seq");
+  check_depth(spec, "layers", static_cast<double>(layers));
   const int64_t ff = opt.get_int("ff", 4 * d);
   const std::string norm = opt.get_str("norm", "pre");
   if (norm != "pre" && norm != "post") bad_spec(spec, "norm must be 'pre' or 'post', got '" + norm + "'");
@@ -332,7 +370,7 @@ Graph build_transformer(const std::string& spec, const std::vector<std::string>&
   const int64_t dk = d / heads;
   const bool pre = norm == "pre";
 
-  Builder b(seed);
+  Builder b(spec, seed);
   b.g.inputs.push_back({"input", at::kLong, {Dim::sym("N"), seq}});
   // nn.Embedding draws N(0, 1); the learned positions start small as in BERT/GPT.
   std::string x = b.node("Gather", {b.init("embed.weight", b.normal({vocab, d}, 1.0)), "input"},

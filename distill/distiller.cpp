@@ -37,6 +37,7 @@ std::vector<EpochStats> distill(core::Module& student, Teacher& teacher,
                                 const core::TensorDataset& train, const core::TensorDataset* val,
                                 const std::function<void(Trainer&)>& configure) {
   PARE_CHECK(train.size() > 0, "the training set '", train.name, "' is empty");
+  core::require_labels(train, "distillation (the hard-label loss and the accuracy)");
   at::Tensor example = train.x.narrow(0, 0, std::min<int64_t>(2, train.size()));
   check_distill_setup(teacher, student, loss_opts, example);
   if (auto* cache = dynamic_cast<CachedTeacher*>(&teacher)) {

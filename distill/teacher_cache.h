@@ -12,7 +12,8 @@
 //            an unbiased estimate of the teacher's, so the KD gradient is unbiased in expectation.
 // Files: DIR/index.json and, per rank that wrote it, DIR/shard-R.classes.npy (int16, or int32
 // for 32767 classes or more, [n, k], -1 padding), DIR/shard-R.probs.npy (float16 [n, k]) and DIR/shard-R.rest.npy (float16 [n]).
-// The index records the dataset's size and a checksum of its labels and pixels, so a cache is
+// The index records the dataset's size and a checksum of its inputs (the teacher never reads the
+// labels: a cache built from inputs alone, 'npy:X.npy', serves 'npy:X.npy,Y.npy'), so a cache is
 // never applied to other data or another normalisation.
 #pragma once
 
@@ -51,7 +52,7 @@ TeacherCacheReport write_teacher_cache(Teacher& teacher, const std::string& teac
                                        const TeacherCacheOptions& opts, const std::string& dir,
                                        dist::ProcessGroup* pg = nullptr);
 
-/// A fingerprint of a dataset's labels and (a stride of) its inputs, as hex.
+/// A fingerprint of (a stride of) a dataset's inputs and its size, as hex.
 std::string dataset_checksum(const core::TensorDataset& ds);
 
 /// The teacher read back from a cache: its targets for batch rows come from the cache, rebuilt as

@@ -131,6 +131,7 @@ EvalResult evaluate(core::Module& model, const core::TensorDataset& ds, int64_t 
 EvalResult evaluate(const std::function<at::Tensor(const at::Tensor&)>& logits_of, const core::TensorDataset& ds,
                     int64_t batch_size, const std::string& who) {
   at::NoGradGuard no_grad;
+  core::require_labels(ds, "evaluation");
   core::DataLoader loader(ds, core::LoaderOptions().batch_size(batch_size).prefetch(2));
   loader.start_epoch(0);
   auto t0 = Clock::now();
@@ -298,6 +299,8 @@ bool Trainer::load_checkpoint(State& st) {
 bool TrainerOptions::is_writer() const { return !process_group_ || process_group_->rank() == 0; }
 
 std::vector<EpochStats> Trainer::fit(const core::TensorDataset& train, const core::TensorDataset* val) {
+  core::require_labels(train, "training");
+  if (val) core::require_labels(*val, "validation");
   at::manual_seed(opts_.seed_);
   make_optimizer();
   const auto& pg = opts_.process_group_;

@@ -264,6 +264,13 @@ std::vector<Layout> ChannelGraph::split(const Layout& l, const std::vector<int64
   return out;
 }
 
+bool ChannelGraph::tied_to_blocked(const std::string& name) const {
+  for (auto it = init_dims_.lower_bound({name, 0}); it != init_dims_.end() && it->first.first == name; ++it)
+    for (const Segment& s : it->second)
+      if (s.group >= 0 && groups_[resolve(s.group).first].blocked) return true;
+  return false;
+}
+
 std::vector<ChannelGraph::GroupInfo> ChannelGraph::groups() const {
   std::vector<GroupInfo> r;
   for (size_t i = 0; i < groups_.size(); ++i) {

@@ -151,6 +151,9 @@ class ChannelGraph {
   /// per element of `group`'s channel (group channel c <-> root channel c / factor).
   std::pair<int, int64_t> resolve(int group) const;
   const std::vector<Member>& members() const { return members_; }
+  /// True when a dimension of initializer `name` is tied to a group that cannot shrink (for a
+  /// weight read by several nodes: tying may be what keeps the group whole).
+  bool tied_to_blocked(const std::string& name) const;
   /// Human-readable summary: one line per group.
   std::string describe() const;
 

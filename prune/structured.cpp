@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <set>
 #include <sstream>
 
@@ -56,6 +57,82 @@ std::vector<Span> spans(const ChannelGraph& cg, const Layout& l) {
   return out;
 }
 
+// Gives each node after the first that reads initializer `name` its own copy (named after the
+// node), recording the copies' origin. Returns how many copies it made.
+int clone_per_consumer(core::Graph& g, const std::string& name, std::map<std::string, std::string>& origin) {
+  int copies = 0;
+  bool first = true;
+  for (auto& n : g.nodes) {
+    bool reads = false;
+    for (auto& in : n.inputs) reads = reads || in == name;
+    if (!reads) continue;
+    if (first) {
+      first = false;
+      continue;
+    }
+    const std::string copy = g.unique_name(name + "." + n.name);
+    g.initializers[copy] = g.initializers.at(name).clone();
+    origin[copy] = origin.count(name) ? origin.at(name) : name;
+    for (auto& in : n.inputs)
+      if (in == name) in = copy;
+    ++copies;
+  }
+  return copies;
+}
+
+// torch.onnx.export de-duplicates initializers that are merely equal (a fresh model's zero
+// biases) into one tensor read through Identity nodes; tied parameters it writes as one tensor
+// read directly. Each Identity(initializer) becomes a copy of its own, so equal constants shrink
+// with their own layers. Returns how many.
+int copy_constant_identities(core::Graph& g, std::map<std::string, std::string>& origin) {
+  int n = 0;
+  for (auto it = g.nodes.begin(); it != g.nodes.end();) {
+    if (it->op_type == "Identity" && it->inputs.size() == 1 && it->outputs.size() == 1 &&
+        g.is_initializer(it->inputs[0]) && !core::is_graph_output(g, it->outputs[0])) {
+      const std::string& src = it->inputs[0];
+      g.initializers[it->outputs[0]] = g.initializers.at(src).clone();
+      origin[it->outputs[0]] = origin.count(src) ? origin.at(src) : src;
+      it = g.nodes.erase(it);
+      ++n;
+    } else {
+      ++it;
+    }
+  }
+  return n;
+}
+
+// After slicing: copies that still equal another copy of the same constant are one tensor again
+// (nothing grows where pruning left the constants equal). Returns, per original constant that
+// stayed split, how many distinct tensors it became (at least 2).
+std::map<std::string, int> merge_equal_copies(core::Graph& g, const std::map<std::string, std::string>& origin) {
+  std::map<std::string, std::vector<std::string>> family;  // origin -> its copies and itself
+  for (auto& [copy, from] : origin) family[from].push_back(copy);
+  std::map<std::string, std::string> rename;
+  std::map<std::string, int> split;
+  for (auto& [from, copies] : family) {
+    std::vector<std::string> names = copies;
+    if (g.is_initializer(from)) names.insert(names.begin(), from);
+    std::vector<std::string> distinct;
+    for (const std::string& c : names) {
+      const at::Tensor& t = g.initializers.at(c);
+      auto same = std::find_if(distinct.begin(), distinct.end(), [&](const std::string& d) {
+        const at::Tensor& u = g.initializers.at(d);
+        return u.scalar_type() == t.scalar_type() && u.sizes() == t.sizes() && at::equal(u, t);
+      });
+      if (same == distinct.end()) distinct.push_back(c);
+      else rename[c] = *same;
+    }
+    if (distinct.size() > 1) split[from] = static_cast<int>(distinct.size());
+  }
+  for (auto& n : g.nodes)
+    for (auto& in : n.inputs) {
+      auto it = rename.find(in);
+      if (it != rename.end()) in = it->second;
+    }
+  core::remove_unused_initializers(g);
+  return split;
+}
+
 // [channels, rest] view of the part of `t` along `axis` that one span covers.
 at::Tensor per_channel(const at::Tensor& t, int64_t axis, const Span& sp) {
   return t.narrow(axis, sp.offset, sp.len).movedim(axis, 0).reshape({sp.len / sp.per_channel, -1});
@@ -72,6 +149,7 @@ std::string ChannelPruneResult::report() const {
     if (g.blocked) os << ": " << g.before << " channels kept (" << g.reason << ")\n";
     else os << ": " << g.before << " -> " << g.after << " channels (" << g.criterion << ")\n";
   }
+  for (const std::string& n : notes) os << "  " << n << "\n";
   return os.str();
 }
 
@@ -85,20 +163,46 @@ ChannelPruneResult prune_channels(const core::Graph& src, const ChannelOptions& 
     for (auto& e : opts.exclude_)
       PARE_CHECK(names.count(e), "--exclude '", e, "': model '", g.name, "' has no node of that name");
   }
-  // A shape constant shared by several Reshapes (the zoo transformer shares one across layers)
-  // gets one copy per Reshape, so each layer can keep its own number of heads.
-  std::map<std::string, int> uses;
+  // Shared constants get copies: name -> the constant it copies (see merge_equal_copies).
+  std::map<std::string, std::string> origin;
+  auto readers = [&] {
+    std::map<std::string, int> r;
+    for (auto& n : g.nodes)
+      for (const auto& in : std::set<std::string>(n.inputs.begin(), n.inputs.end()))
+        if (g.is_initializer(in)) ++r[in];
+    return r;
+  };
+  // Constants that are merely equal: those torch.onnx.export stored once and reads through
+  // Identity, and tensors of one repeated value (a fresh model's zero biases, which it may also
+  // read directly from several nodes) carry nothing per channel to keep tied: one copy per reader.
+  // So does a shape constant shared by several Reshapes (the zoo transformer shares one across
+  // layers), so each layer can keep its own number of heads.
+  std::set<std::string> equal_constants;
+  for (auto& [name, count] : readers()) {
+    const at::Tensor& t = g.initializers.at(name);
+    if (count > 1 && t.numel() > 1 && at::equal(t, t.reshape(-1)[0].expand_as(t))) equal_constants.insert(name);
+  }
   for (auto& n : g.nodes)
-    for (auto& in : n.inputs) ++uses[in];
+    if (n.op_type == "Identity" && n.inputs.size() == 1 && g.is_initializer(n.inputs[0])) equal_constants.insert(n.inputs[0]);
+  std::set<std::string> reshape_shapes;
   for (auto& n : g.nodes)
-    if (n.op_type == "Reshape" && n.has_input(1) && g.is_initializer(n.inputs[1]) && uses[n.inputs[1]] > 1) {
-      std::string copy = g.unique_name(n.inputs[1] + "." + n.name);
-      g.initializers[copy] = g.initializers[n.inputs[1]].clone();
-      --uses[n.inputs[1]];
-      n.inputs[1] = copy;
-    }
+    if (n.op_type == "Reshape" && n.has_input(1) && g.is_initializer(n.inputs[1])) reshape_shapes.insert(n.inputs[1]);
+  copy_constant_identities(g, origin);
+  for (const auto& s : equal_constants) clone_per_consumer(g, s, origin);
+  for (const auto& s : reshape_shapes) clone_per_consumer(g, s, origin);
 
-  ChannelGraph cg(g, std::set<std::string>(opts.exclude_.begin(), opts.exclude_.end()));
+  // A weight read by several nodes stays tied while its readers shrink together. One tied to a
+  // group that cannot shrink is cloned per reader and the graph analysed again: where the tie was
+  // what kept a group whole, the copies now shrink apart; elsewhere they stay equal and are one
+  // tensor again after slicing.
+  const std::set<std::string> excluded(opts.exclude_.begin(), opts.exclude_.end());
+  auto cg_ptr = std::make_unique<ChannelGraph>(g, excluded);
+  std::vector<std::string> untied;
+  for (auto& [name, count] : readers())
+    if (count > 1 && cg_ptr->tied_to_blocked(name)) untied.push_back(name);
+  for (const auto& name : untied) clone_per_consumer(g, name, origin);
+  if (!untied.empty()) cg_ptr = std::make_unique<ChannelGraph>(g, excluded);
+  const ChannelGraph& cg = *cg_ptr;
   const auto infos = cg.groups();
   for (const auto& e : opts.exclude_) {
     std::string sources;
@@ -150,7 +254,7 @@ ChannelPruneResult prune_channels(const core::Graph& src, const ChannelOptions& 
       at::Tensor w = g.initializers.at(m.name).detach().to(at::kDouble);
       if (crit == Importance::kTaylor) {
         PARE_CHECK(opts.taylor_ != nullptr, "taylor importance needs gradients (data)");
-        auto it = opts.taylor_->find(m.name);
+        auto it = opts.taylor_->find(origin.count(m.name) ? origin.at(m.name) : m.name);
         if (it == opts.taylor_->end()) continue;
         w = it->second.detach().to(at::kDouble).cpu();
       }
@@ -208,6 +312,19 @@ ChannelPruneResult prune_channels(const core::Graph& src, const ChannelOptions& 
         if (n.name == m.name) n.attrs[m.attr] = static_cast<int64_t>(surviving(m.layout).size());
     }
   }
+  const std::map<std::string, int> split = merge_equal_copies(g, origin);
+  if (!equal_constants.empty()) {
+    int after = 0;
+    for (const auto& c : equal_constants) after += split.count(c) ? split.at(c) : 1;
+    result.notes.push_back(std::to_string(equal_constants.size()) +
+                           " equal-valued constants stored once for several readers (torch.onnx.export "
+                           "de-duplicates them) were copied per reader, so each layer shrinks on its own; "
+                           "equal copies are stored once again: " + std::to_string(after) + " tensors now");
+  }
+  for (const auto& name : untied)
+    if (split.count(name))
+      result.notes.push_back("tied weight '" + name + "' was cloned per reader (" + std::to_string(split.at(name)) +
+                             " tensors now): tied, its readers' channels could not shrink");
   g.value_info.clear();
   core::infer_shapes(g);
   g.verify();

@@ -66,7 +66,10 @@ struct GroupResult {
 struct ChannelPruneResult {
   core::Graph graph;
   std::vector<GroupResult> groups;
-  /// One line per group.
+  /// Shared constants (one tensor read by several nodes, directly or through Identity) that
+  /// pruning had to split because their readers kept different channels.
+  std::vector<std::string> notes;
+  /// One line per group, then the notes.
   std::string report() const;
 };
 

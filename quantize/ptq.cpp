@@ -433,14 +433,16 @@ PtqResult write_qdq(const Graph& g, const QuantPlan& plan, const Calibration& ca
     const std::string& o = g.outputs[0].name;
     const at::Tensor &fo = fv.at(o), &qo = qv.at(o);
     out_acc.add(fo, qo);
-    if (fo.dim() == 2) {
-      agree += fo.argmax(1).eq(qo.argmax(1)).sum().item<int64_t>();
-      rows += fo.size(0);
+    if (fo.dim() >= 2 && fo.numel() > 0) {
+      const int64_t axis = class_axis(fo.dim());
+      agree += fo.argmax(axis).eq(qo.argmax(axis)).sum().item<int64_t>();
+      rows += fo.numel() / fo.size(axis);
     }
   }
   for (size_t k = 0, j = 0; k < rep.layers.size(); ++k)
     if (!rep.layers[k].output.empty()) rep.layers[k].output_sqnr_db = acc[j++].db();
   rep.output_sqnr_db = out_acc.db();
+  rep.argmax_rows = rows;
   rep.argmax_agreement = rows ? static_cast<double>(agree) / static_cast<double>(rows) : 0.0;
   rep.fp32_bytes = g.initializer_bytes();
   rep.quantized_bytes = q.initializer_bytes();
@@ -481,7 +483,8 @@ std::string QuantReport::to_json(int indent) const {
   j["calib_samples"] = calib_samples;
   j["folded_batch_norms"] = folded_batch_norms;
   j["output_sqnr_db"] = db_json(output_sqnr_db);
-  j["argmax_agreement"] = argmax_agreement;
+  j["argmax_agreement"] = argmax_rows ? nlohmann::json(argmax_agreement) : nlohmann::json();
+  j["argmax_rows"] = argmax_rows;
   j["fp32_bytes"] = fp32_bytes;
   j["quantized_bytes"] = quantized_bytes;
   j["skipped"] = skipped;
@@ -531,9 +534,12 @@ std::string QuantReport::to_text() const {
     }
   }
   for (auto& s : skipped) os << "kept fp32: " << s << "\n";
-  os << "model output SQNR " << db(output_sqnr_db) << ", argmax agreement " << std::fixed
-     << std::setprecision(2) << argmax_agreement * 100 << "%, initializers " << fp32_bytes << " -> "
-     << quantized_bytes << " bytes\n";
+  os << "model output SQNR " << db(output_sqnr_db) << ", argmax agreement ";
+  if (argmax_rows)
+    os << std::fixed << std::setprecision(2) << argmax_agreement * 100 << "% of " << argmax_rows;
+  else
+    os << "n/a (output of rank < 2)";
+  os << ", initializers " << fp32_bytes << " -> " << quantized_bytes << " bytes\n";
   return os.str();
 }
 

@@ -133,7 +133,8 @@ struct QuantReport {
   std::vector<ActivationReport> activations_quantized;
   std::vector<std::string> skipped;     ///< "Gemm 'fc2': excluded" and the like
   double output_sqnr_db = 0;            ///< graph output 0, fp32 vs quantized, calibration data
-  double argmax_agreement = 0;          ///< share of rows whose argmax agrees (2-D outputs)
+  double argmax_agreement = 0;          ///< share of argmaxes along class_axis() that agree
+  int64_t argmax_rows = 0;              ///< how many were compared (0: output of rank < 2)
   int64_t fp32_bytes = 0, quantized_bytes = 0;  ///< initializer bytes
 
   /// The report as JSON text, pretty-printed with `indent` spaces (-1: one line).
@@ -146,6 +147,11 @@ struct PtqResult {
   core::Graph graph;
   QuantReport report;
 };
+
+/// The axis of a model output of rank `rank` (>= 2) that holds the classes, along which the
+/// report compares argmaxes: the last one for [N, C] logits and [N, S, V] token logits, axis 1
+/// for channels-first maps of rank 4 and more ([N, C, H, W] segmentation).
+inline int64_t class_axis(int64_t rank) { return rank <= 3 ? rank - 1 : 1; }
 
 /// Throws InputError naming `origin` when `g` already holds QuantizeLinear/DequantizeLinear
 /// nodes or int8/uint8 initializers.

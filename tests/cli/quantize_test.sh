@@ -90,6 +90,15 @@ assert ops.count('DynamicQuantizeLinear') == 2 and ops.count('MatMulInteger') ==
 " || fail "dynamic model content"
 expect_exit 0 "accuracy" -- "$PARE" eval "$work/mlp.dyn.onnx" --data "$data"
 
+# Calibration reads inputs only (issue 18, item 2): 'npy:X.npy' is enough, and gives the same file.
+expect_exit 0 "" -- "$PARE" quantize "$work/cnn.onnx" --calib "npy:$work/x.npy" --calib-samples 32 \
+  --method entropy --quiet --out "$work/cnn.int8.x.onnx"
+cmp "$work/cnn.int8.onnx" "$work/cnn.int8.x.onnx" && echo "ok: calibration without labels" \
+  || fail "calibrating on npy:X.npy gave another model"
+expect_exit 2 "no labels.*training" -- "$PARE" train --model mlp:784-32-10 --data "npy:$work/x.npy" --epochs 1 \
+  --out "$work/o0.onnx"
+no_file "$work/o0.onnx"
+
 # Bad input: exit 2, a message naming the problem, no output file.
 "$PY" -c "import numpy as np; np.save('$work/small.npy', np.zeros((8, 1, 20, 20), np.float32)); np.save('$work/ys.npy', np.zeros(8, np.int64))"
 expect_exit 2 "calib.*small.npy.*\[8, 1, 20, 20\].*model input" -- "$PARE" quantize "$work/cnn.onnx" \

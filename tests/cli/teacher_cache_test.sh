@@ -21,10 +21,19 @@ expect_exit 2 "no value named 'relu1'" -- "$PARE" "${d[@]}" --hint relu1:fc1 --o
 "$PY" - "$work" <<'PYEOF'
 import sys, numpy as np
 d = sys.argv[1]
-y = np.load(f"{d}/y.npy"); np.save(f"{d}/y2.npy", (y + 1) % 10)
+x = np.load(f"{d}/x.npy"); x[0] = 1 - x[0]; np.save(f"{d}/x2.npy", x)
 PYEOF
 expect_exit 2 "another dataset" -- "$PARE" distill --teacher "cache:$work/cache" --student mlp:784-32-10 \
-  --data "npy:$work/x.npy,$work/y2.npy" --epochs 1 --quiet --out "$work/bad.onnx"
+  --data "npy:$work/x2.npy,$work/y.npy" --epochs 1 --quiet --out "$work/bad.onnx"
+# The teacher reads no labels (issue 18, item 2): a cache of the inputs alone serves the labelled
+# dataset, and is the same cache.
+expect_exit 0 "" -- "$PARE" teacher-cache --teacher "$work/teacher.onnx" --data "npy:$work/x.npy" \
+  --top-k 3 -T 4 --quiet --out "$work/cache_x"
+cmp "$work/cache/shard-0.probs.npy" "$work/cache_x/shard-0.probs.npy" && echo "ok: cache without labels" \
+  || fail "a cache from npy:X.npy differs"
+expect_exit 0 "" -- "$PARE" distill --teacher "cache:$work/cache_x" "${student[@]}" -T 4 --out "$work/student_x.onnx"
+expect_exit 2 "no labels.*distillation" -- "$PARE" distill --teacher "$work/teacher.onnx" --student mlp:784-32-10 \
+  --data "npy:$work/x.npy" --epochs 1 --quiet --out "$work/bad.onnx"
 expect_exit 2 "index.json" -- "$PARE" distill --teacher "cache:$work/nope" "${student[@]}" --out "$work/bad.onnx"
 expect_exit 2 "top-k" -- "$PARE" teacher-cache --teacher "$work/teacher.onnx" --data "$data" --top-k 0 --out "$work/bad"
 no_file "$work/bad.onnx"

@@ -196,7 +196,31 @@ TEST(Data, NpyPairConvertsTypesAndChecksLengths) {
                      {dir + "/x.npy", dir + "/y3.npy", "4", "3"});
   expect_input_error([&] { load_dataset("npy:" + dir + "/x.npy," + dir + "/none.npy"); },
                      {dir + "/none.npy"});
-  expect_input_error([&] { load_dataset("npy:" + dir + "/x.npy"); }, {"npy:X.npy,Y.npy"});
+  expect_input_error([&] { load_dataset("npy:" + dir + "/x.npy,"); }, {"npy:X.npy,Y.npy"});
+  expect_input_error([&] { load_dataset("npy:"); }, {"npy:X.npy,Y.npy"});
+}
+
+// Issue 18, item 2: calibration and teacher caches read inputs only, so 'npy:X.npy' is a dataset
+// without labels; what needs labels says so.
+TEST(Data, NpyInputsWithoutLabels) {
+  TempDir tmp;
+  const std::string dir = tmp.path();
+  save_npy(at::arange(12, at::kDouble).view({6, 2}), dir + "/x.npy");
+  TensorDataset ds = load_dataset("npy:" + dir + "/x.npy");
+  EXPECT_EQ(ds.x.scalar_type(), at::kFloat);
+  EXPECT_EQ(ds.size(), 6);
+  EXPECT_FALSE(ds.has_labels());
+  DataLoader loader(ds, LoaderOptions().batch_size(4));
+  loader.start_epoch(0);
+  Batch b;
+  int64_t rows = 0;
+  while (loader.next(b)) {
+    EXPECT_FALSE(b.y.defined());
+    rows += b.x.size(0);
+  }
+  EXPECT_EQ(rows, 6);
+  expect_input_error([&] { require_labels(ds, "training"); }, {dir + "/x.npy", "training", "no labels"});
+  expect_input_error([&] { load_dataset("npy:" + dir + "/none.npy"); }, {dir + "/none.npy"});
 }
 
 TEST(Data, NormalizeAppliesMeanAndStd) {

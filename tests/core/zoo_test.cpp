@@ -210,5 +210,30 @@ TEST(Zoo, BadSpecsThrowInputErrorListingKnownSpecs) {
   EXPECT_EQ(zoo_help().size(), 5u);
 }
 
+// Issue 18, item 4: absurd sizes are refused at once, naming the limit, before anything is
+// allocated (resnet:99999 used to start building 300k residual blocks).
+TEST(Zoo, AbsurdSpecsAreRefusedBeforeBuilding) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"resnet:99999", "depth 6N+2 = 599996 exceeds the zoo's limit of 2000 layers"},
+      {"resnet:9223372036854775807", "exceeds the zoo's limit of 2000 layers"},
+      {"mlp:784-1000000000-10", "parameters; the zoo's limit is 1e+09"},
+      {"mlp:9223372036854775807-9223372036854775807", "parameters; the zoo's limit is 1e+09"},
+      {"transformer:vocab=1000000000,d=64,heads=1,layers=1,classes=2,seq=4", "the zoo's limit is 1e+09"},
+      {"transformer:vocab=10,d=8,heads=1,layers=5000,classes=2,seq=4", "layers = 5000 exceeds"},
+  };
+  for (const auto& [spec, want] : cases) {
+    try {
+      build_zoo_model(spec);
+      ADD_FAILURE() << "no error for '" << spec << "'";
+    } catch (const InputError& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find(spec), std::string::npos) << msg;
+      EXPECT_NE(msg.find(want), std::string::npos) << msg;
+    }
+  }
+  // The limits leave real models alone: ResNet-1202 (N = 200) is within them.
+  EXPECT_NO_THROW(build_zoo_model("resnet:200"));
+}
+
 }  // namespace
 }  // namespace pare::core

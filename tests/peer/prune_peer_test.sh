@@ -2,7 +2,9 @@
 # Peer test: structured 50% channel pruning of torchvision resnet18 and mobilenet_v2 (exported by
 # PyTorch) and of the zoo cnn and transformer (attention heads) gives models that onnx.checker
 # accepts, that ONNX Runtime runs with the same outputs as `pare run`, and whose parameters and
-# FLOPs drop (pare inspect --json before and after).
+# FLOPs drop (pare inspect --json before and after). Also freshly initialised resnet18 and
+# mobilenet_v2 as torch.onnx.export writes them: their equal constants (zero biases after BatchNorm
+# folding) de-duplicated into one tensor read through Identity nodes (issue 18, item 3).
 #
 # Env: PARE, PARE_SOURCE_DIR, PARE_BUILD_DIR. Exits 77 (skipped) without torch/torchvision/onnx in
 # /usr/bin/python3 or without onnxruntime-node.
@@ -20,6 +22,19 @@ np.save(f"{d}/small.y.npy", rng.integers(0, 10, 8).astype(np.int64))
 np.save(f"{d}/tok.x.npy", rng.integers(0, 50, (8, 8)).astype(np.int64))
 np.save(f"{d}/tok.y.npy", rng.integers(0, 5, 8).astype(np.int64))
 np.save(f"{d}/tok.b2.npy", rng.integers(0, 50, (2, 8)).astype(np.int64))
+np.save(f"{d}/img64.x.npy", rng.random((4, 3, 64, 64), dtype=np.float32))
+np.save(f"{d}/img64.b1.npy", rng.random((1, 3, 64, 64), dtype=np.float32))
+import torch, torchvision, warnings
+warnings.filterwarnings("ignore")
+torch.manual_seed(0)
+for name in ("resnet18", "mobilenet_v2"):
+    m = getattr(torchvision.models, name)(num_classes=1000).eval()
+    torch.onnx.export(m, torch.randn(2, 3, 64, 64), f"{d}/{name}.fresh.onnx", opset_version=13,
+                      input_names=["input"], output_names=["logits"],
+                      dynamic_axes={"input": {0: "N"}, "logits": {0: "N"}})
+    import onnx
+    ids = sum(n.op_type == "Identity" for n in onnx.load(f"{d}/{name}.fresh.onnx").graph.node)
+    assert ids > 0, f"{name}: the export has no Identity nodes; this case tests nothing"
 PYEOF
 
 failures=()
@@ -47,6 +62,8 @@ PYEOF
 
 check resnet18 "$tmp/resnet18.onnx" "npy:$tmp/img.x.npy,$tmp/img.y.npy" "$tmp/resnet18.b1.input.npy"
 check mobilenet_v2 "$tmp/mobilenet_v2.onnx" "npy:$tmp/img.x.npy,$tmp/img.y.npy" "$tmp/mobilenet_v2.b1.input.npy"
+check resnet18.fresh "$tmp/resnet18.fresh.onnx" "npy:$tmp/img64.x.npy,$tmp/img.y.npy" "$tmp/img64.b1.npy"
+check mobilenet_v2.fresh "$tmp/mobilenet_v2.fresh.onnx" "npy:$tmp/img64.x.npy,$tmp/img.y.npy" "$tmp/img64.b1.npy"
 check cnn cnn "npy:$tmp/small.x.npy,$tmp/small.y.npy" "$tmp/small.x.npy"
 check transformer "transformer:vocab=50,d=32,heads=4,layers=2,classes=5,seq=8" "npy:$tmp/tok.x.npy,$tmp/tok.y.npy" "$tmp/tok.b2.npy"
 

@@ -440,3 +440,73 @@ TEST(PruneChannels, ImpossibleRequestsAreInputErrors) {
   t.out();
   expect_input_error([&] { prune_channels(t.g, ChannelOptions()); }, {"no channels", "graph output"});
 }
+
+// Issue 18, item 3: torch.onnx.export de-duplicates equal constants (a fresh model's zero biases)
+// into one initializer read through Identity nodes. Each layer must still shrink on its own, and
+// copies that stay equal are one tensor again.
+TEST(PruneChannels, EqualConstantsBehindIdentityShrinkPerLayer) {
+  Tiny t;
+  // a (4 -> 8) and b (8 -> 8) with zero biases as torch exports them: b's is Identity(a's).
+  t.node("Conv", {"x", t.init("a.w", at::randn({8, 4, 3, 3}) * 0.3), t.init("a.b", at::zeros({8}))}, "a",
+         {{"pads", Ints{1, 1, 1, 1}}});
+  t.node("Identity", {"a.b"}, "b.b");
+  t.node("Relu", {"a"}, "ra");
+  t.node("Conv", {"ra", t.init("b.w", at::randn({8, 8, 3, 3}) * 0.3), "b.b"}, "b", {{"pads", Ints{1, 1, 1, 1}}});
+  t.node("Relu", {"b"}, "rb");
+  t.head("rb", 8);
+  // Make the two layers keep different channels.
+  t.g.initializers["a.w"].narrow(0, 0, 4).mul_(0.01);
+  t.g.initializers["b.w"].narrow(0, 4, 4).mul_(0.01);
+  expect_matches_zeroed(t.g, {"a", "b"}, [](Graph& ref, const ChannelPruneResult& r) {
+    zero(ref, "b.w", 1, removed_of(group_of(r, "a")));
+    zero(ref, "head.w", 1, removed_of(group_of(r, "b")));
+  });
+  ChannelPruneResult r = prune_channels(t.g, ChannelOptions().sparsity(0.5));
+  EXPECT_EQ(group_of(r, "a").kept, (Ints{4, 5, 6, 7}));
+  EXPECT_EQ(group_of(r, "b").kept, (Ints{0, 1, 2, 3}));
+  // The two zero biases of 4 channels are equal again: stored once, no Identity left.
+  int biases = 0;
+  for (auto& [name, w] : r.graph.initializers) biases += w.dim() == 1 && w.size(0) == 4;
+  EXPECT_EQ(biases, 1);
+  for (auto& n : r.graph.nodes) EXPECT_NE(n.op_type, "Identity");
+  ASSERT_EQ(r.notes.size(), 1u) << r.report();
+  EXPECT_NE(r.notes[0].find("copied per reader"), std::string::npos) << r.notes[0];
+}
+
+// A weight read directly by two nodes is tied: it stays one tensor while its readers can shrink
+// together, and is cloned per reader, with a note, where tying would keep a group whole. (A
+// tensor of one repeated value read by several nodes is an equal constant, copied per reader.)
+TEST(PruneChannels, TiedWeightsStayTiedUnlessTyingBlocksAGroup) {
+  {
+    // Two branches from x, both scaled by the same per-channel constant s, then added.
+    Tiny t;
+    std::string a = t.conv("a", "x", 4, 8), b = t.conv("b", "x", 4, 8);
+    t.init("s", at::rand({1, 8, 1, 1}) + 0.5);
+    t.node("Mul", {a, "s"}, "sa");
+    t.node("Mul", {b, "s"}, "sb");
+    t.node("Add", {"sa", "sb"}, "sum");
+    t.head("sum", 8);
+    ChannelPruneResult r = prune_channels(t.g, ChannelOptions().sparsity(0.5));
+    EXPECT_FALSE(group_of(r, "a").blocked) << r.report();
+    EXPECT_TRUE(r.notes.empty()) << r.report();
+    EXPECT_EQ(r.graph.initializers.at("s").size(1), 4);
+  }
+  {
+    // The same constant scales a's channels and the 8 channels of the graph output y2, which can
+    // never shrink: tied, a would be kept whole; cloned, a shrinks and y2 keeps its own copy.
+    Tiny t;
+    std::string a = t.conv("a", "x", 4, 8);
+    t.init("s", at::rand({1, 8, 1, 1}) + 0.5);
+    t.node("Mul", {a, "s"}, "sa");
+    t.head("sa", 8);
+    std::string c = t.conv("c", "x", 4, 8);
+    t.node("Mul", {c, "s"}, "y2");
+    t.out("y2");
+    ChannelPruneResult r = prune_channels(t.g, ChannelOptions().sparsity(0.5));
+    EXPECT_FALSE(group_of(r, "a").blocked) << r.report();
+    EXPECT_EQ(group_of(r, "a").after, 4);
+    ASSERT_EQ(r.notes.size(), 1u) << r.report();
+    EXPECT_NE(r.notes[0].find("'s'"), std::string::npos) << r.notes[0];
+    EXPECT_NE(r.report().find("cloned per reader (2 tensors now)"), std::string::npos) << r.report();
+  }
+}

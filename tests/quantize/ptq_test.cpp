@@ -178,6 +178,29 @@ TEST(QuantizeStatic, TiedWeightsBehindIdentityAreQuantizedAndStoredOnce) {
   EXPECT_LT(r.report.quantized_bytes, r.report.fp32_bytes);
 }
 
+// Issue 18, item 1: token logits [N, S, V] are compared along V, one argmax per position (the
+// report used to say 0.00% for every sequence model).
+TEST(QuantizeStatic, ArgmaxAgreementComparesTokenLogitsAlongTheVocabulary) {
+  at::manual_seed(9);
+  Graph g;
+  g.inputs.push_back({"x", at::kFloat, {Dim::sym("N"), 5, 16}});
+  g.initializers["w"] = at::randn({16, 12});
+  g.add_node("MatMul", {"x", "w"}, {"logits"}, {}, "head");
+  g.outputs.push_back({"logits", at::kFloat, {Dim::sym("N"), 5, 12}});
+  const at::Tensor x = at::randn({40, 5, 16});
+  PtqResult r = quantize_static(g, x, PtqOptions());
+  EXPECT_EQ(r.report.argmax_rows, 40 * 5);
+  // The same figure computed here, along the last axis.
+  const at::Tensor fo = run_eval(g, x), qo = run_eval(r.graph, x);
+  const double want = fo.argmax(2).eq(qo.argmax(2)).to(at::kDouble).mean().item<double>();
+  EXPECT_GT(want, 0.9);
+  EXPECT_NEAR(r.report.argmax_agreement, want, 2.0 / 200);  // batching may flip a near tie
+  EXPECT_NE(r.report.to_text().find("% of 200"), std::string::npos) << r.report.to_text();
+  EXPECT_EQ(class_axis(2), 1);
+  EXPECT_EQ(class_axis(3), 2);
+  EXPECT_EQ(class_axis(4), 1);
+}
+
 TEST(QuantizeStatic, EveryRegisteredOpHasAPolicy) {
   auto& reg = core::OpRegistry::global();
   policy_of("Conv");  // registers the policies
