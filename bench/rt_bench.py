@@ -7,9 +7,9 @@ interpreter, on the same ONNX files, in one run.
 
 For each model it makes (or takes, with --model) an fp32 ONNX file and its QDQ int8 twin from
 `pare quantize` (minmax calibration, per-channel int8 weights, uint8 activations):
-  - cnn: the zoo `cnn` teacher (861k parameters) after one training step (`pare train --model cnn
-    --max-steps 1`: latency does not depend on the weights' values), calibrated on 512 Fashion-MNIST
-    training images;
+  - cnn: the zoo `cnn` teacher (206k parameters, 11.8 MFLOP per image) after one training step
+    (`pare train --model cnn --max-steps 1`: latency does not depend on the weights' values),
+    calibrated on 512 Fashion-MNIST training images;
   - mlp: the student `mlp:784-300-100-10` after one training step, calibrated the same way;
   - resnet18: torchvision's resnet18 exported by torch.onnx (tests/peer/export_models.py, random
     weights, 3x224x224), calibrated on 32 random images.
