@@ -22,7 +22,7 @@ T) * T^2 + (1 - alpha) * cross-entropy (T = 4, alpha = 0.9: pare's defaults), ba
     onnx.numpy_helper, the same loop with the same per-step work as pare's Trainer (loss.item(),
     train-accuracy count), batches gathered from the in-memory dataset by a seeded permutation;
     WARMUP untimed steps then STEPS timed ones. Run in a fresh process with glibc malloc out of
-    the box and again with the tuned malloc of DESIGN.md (bench_util.TUNED_MALLOC).
+    the box and again with the tuned malloc pare itself uses (bench_util.TUNED_MALLOC).
 Where the time goes, for both sides, at each batch size:
   - the teacher forward alone: pare `pare eval TEACHER --split SPLIT --batch-size B` (its
     samples_per_s: forward, plus a cross-entropy and argmax per batch), PyTorch the no_grad

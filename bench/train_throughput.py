@@ -16,7 +16,7 @@ For each model it measures, side by side in one run:
     in-memory dataset by a shuffled permutation; WARMUP untimed steps then STEPS timed ones. Run
     in a fresh process twice: with glibc malloc out of the box, and with
     MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=4294967296 MALLOC_TOP_PAD_=268435456
-    (docs: DESIGN.md, "Performance notes"; pare sets the same with mallopt at start-up).
+    (pare sets the same with mallopt at start-up: cli/main.cpp, tune_malloc).
 OPENBLAS_* and other environment variables are passed through unchanged.
 """
 import argparse

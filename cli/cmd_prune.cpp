@@ -1,4 +1,4 @@
-// pare prune MODEL --data D --method magnitude|nm|channel --sparsity X [--global] [--n 2 --m 4]
+// pare prune MODEL [--data D] --method magnitude|nm|channel --sparsity X [--global] [--n 2 --m 4]
 // [--exclude NAME,...] [--schedule oneshot|iterative|gradual --epochs N [--teacher T]] [--analyze]
 // --out pruned.onnx
 //
@@ -82,6 +82,10 @@ void run_prune(PruneCli& o) {
              " prunes once: use --schedule oneshot (with --epochs N to recover)");
   PARE_CHECK(o.teachers.empty() || epochs > 0, "--teacher distils during recovery training: give --epochs N (N >= 1)");
   PARE_CHECK(o.prune_end > 0 && o.prune_end <= 1, "--prune-end must lie in (0, 1], got ", o.prune_end);
+  const bool data = !run.data.empty();
+  PARE_CHECK(data || epochs == 0, "--epochs ", epochs, " trains after pruning: give --data");
+  PARE_CHECK(data || !o.analyze, "--analyze scores each pruned variant: give --data");
+  PARE_CHECK(data || o.importance != "taylor", "--importance taylor needs gradients: give --data");
   prune::MaskOptions mopts = prune::MaskOptions()
                                  .method(o.method == "nm" ? prune::MaskMethod::kNM : prune::MaskMethod::kMagnitude)
                                  .sparsity(o.sparsity)
@@ -101,7 +105,7 @@ void run_prune(PruneCli& o) {
   topts.progress(!run.quiet);
   if (epochs > 0) topts.validate();
   core::TensorDataset train, val;
-  const core::TensorDataset* val_ptr = run.load_data(train, val, g, topts);
+  const core::TensorDataset* val_ptr = data ? run.load_data(train, val, g, topts) : nullptr;
   const int64_t eval_bs = topts.eval_batch_size_;
   const core::ModelSummary before = core::summarize(g);
   const double acc_before = accuracy(g, val_ptr, eval_bs);
@@ -277,7 +281,7 @@ void add_prune(CLI::App& app, Action& action) {
       ->capture_default_str()->group(d);
   cmd->add_option("--alpha", o->loss.alpha_, "Weight of the KD term; labels' cross entropy gets 1 - alpha")
       ->capture_default_str()->group(d);
-  o->run.add_options(cmd);
+  o->run.add_options(cmd, /*data_optional=*/true);
   // The pruning schedule owns --schedule here; the learning-rate schedule moves to --lr-schedule.
   cmd->remove_option(cmd->get_option("--schedule"));
   cmd->add_option("--schedule", o->schedule,
@@ -285,7 +289,8 @@ void add_prune(CLI::App& app, Action& action) {
       ->capture_default_str()->group(g);
   cmd->add_option("--lr-schedule", o->run.trainer.schedule_, "Learning-rate schedule: constant, step or cosine")
       ->capture_default_str()->group("Training");
-  cmd->footer("--epochs 0 (the default) prunes without recovery training. Impossible requests (a sparsity outside "
+  cmd->footer("--epochs 0 (the default) prunes without recovery training, and needs no --data (then no accuracy is "
+              "reported; --data scores the model before and after). Impossible requests (a sparsity outside "
               "[0, 1], an unknown --exclude name, channel pruning that would remove every channel of a group) "
               "exit with code 2 and write nothing.");
   cmd->callback([&action, o] { action = [o] { run_prune(*o); }; });

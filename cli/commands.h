@@ -39,9 +39,10 @@ struct TrainingRun {
   bool quiet = false, json = false, no_val = false;
   int threads = 0;
 
-  /// Adds --data, the trainer's options (epochs, lr, schedule, checkpoints, ...), --normalize,
+  /// Adds --data (required unless `data_optional`: a command that can work without data checks
+  /// what needs it), the trainer's options (epochs, lr, schedule, checkpoints, ...), --normalize,
   /// --val-split, --no-val, --threads, --quiet and --json to `cmd`.
-  void add_options(CLI::App* cmd);
+  void add_options(CLI::App* cmd, bool data_optional = false);
   /// Sets the thread count and returns the validated trainer options.
   distill::TrainerOptions start() const;
   /// Loads the train split into `train` and, unless --no-val, the validation split into `val`;

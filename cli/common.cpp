@@ -67,8 +67,10 @@ std::unique_ptr<distill::Teacher> TeacherSharding::load(const std::vector<std::s
   return teacher;
 }
 
-void TrainingRun::add_options(CLI::App* cmd) {
-  cmd->add_option("--data,-d", data, "fashion-mnist[:DIR] or npy:X.npy,Y.npy")->required();
+void TrainingRun::add_options(CLI::App* cmd, bool data_optional) {
+  auto* d = cmd->add_option("--data,-d", data, "fashion-mnist[:DIR] or npy:X.npy,Y.npy");
+  if (data_optional) d->description("fashion-mnist[:DIR] or npy:X.npy,Y.npy: to train, score or --analyze");
+  else d->required();
   auto& o = trainer;
   auto g = "Training";
   cmd->add_option("--epochs", o.epochs_, "Passes over the training set")->capture_default_str()->group(g);

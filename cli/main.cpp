@@ -6,11 +6,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <exception>
 #include <iostream>
+#include <string>
+#include <vector>
 
 #include "cli/commands.h"
 #include "core/error.h"
@@ -20,8 +23,8 @@
 namespace {
 
 // libtorch allocates with plain malloc; glibc returns every block >= 128 KiB to the kernel on
-// free, and the page faults on reuse cost more than the math on small models (DESIGN.md,
-// performance notes). Keep freed memory in the process instead.
+// free, and the page faults on reuse cost more than the math on small models. Keep freed memory
+// in the process instead.
 void tune_malloc() {
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
@@ -42,6 +45,43 @@ void report_error(const char* what) {
   } catch (const std::exception&) {
     // The error itself was printed; a failed error file must not hide it.
   }
+}
+
+// Levenshtein distance, for "did you mean".
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] != b[j - 1] ? 1 : 0)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// The first argument names a command: an unknown one is an error that names it (with the
+// nearest command), whatever follows it, --help included.
+bool check_command(const CLI::App& app, int argc, char** argv) {
+  if (argc < 2 || argv[1][0] == '-') return true;
+  const std::string given = argv[1];
+  std::string list, nearest;
+  size_t best = std::string::npos;
+  for (const CLI::App* sub : app.get_subcommands({})) {
+    const std::string& name = sub->get_name();
+    if (name == given) return true;
+    list += (list.empty() ? "" : ", ") + name;
+    // Nearest by edit distance; of equals, one that the given word begins (prun: prune, not run).
+    const size_t d = 2 * edit_distance(given, name) + (name.rfind(given, 0) == 0 ? 0 : 1);
+    if (d < best) best = d, nearest = name;
+  }
+  const std::string hint = best <= 5 ? " (did you mean '" + nearest + "'?)" : "";
+  std::fprintf(stderr, "pare: error: unknown command '%s'%s\ncommands: %s\nRun 'pare --help' for what each does.\n",
+               given.c_str(), hint.c_str(), list.c_str());
+  return false;
 }
 
 }  // namespace
@@ -66,6 +106,7 @@ int main(int argc, char** argv) {
   pare::cli::add_quantize(app, action);
   pare::cli::add_bench(app, action);
   pare::cli::add_export(app, action);
+  if (!check_command(app, argc, argv)) return 2;
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -4,10 +4,10 @@
 // whose dims may be symbolic ("N" for the batch).
 //
 //   Graph g;
-//   g.inputs.push_back({"x", at::kFloat, {Dim::symbol("N"), 784}});
+//   g.inputs.push_back({"x", at::kFloat, {Dim::sym("N"), 784}});
 //   g.initializers["w"] = at::randn({10, 784});
 //   g.add_node("Gemm", {"x", "w"}, {"y"}, {{"transB", int64_t{1}}});
-//   g.outputs.push_back({"y", at::kFloat, {Dim::symbol("N"), 10}});
+//   g.outputs.push_back({"y", at::kFloat, {Dim::sym("N"), 10}});
 //   g.verify();
 //
 // A name of "" in a node's inputs marks an omitted optional input, as in ONNX.

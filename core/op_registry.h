@@ -1,8 +1,8 @@
 // The op registry: every op pare knows is declared here once, with its arity, attributes, a
 // libtorch forward that works under autograd, and a FLOP count. Other modules attach their own
-// facets to the same entry (export/ its ONNX writer and runtime lowering, quantize/ its policy,
-// prune/ its channel propagation) and look them up by name; a missing facet throws an error that
-// names the op and the facet.
+// facets to the same entry (quantize/ its policy, prune/ its weight roles and channel
+// propagation) and look them up by name; a missing facet throws an error that names the op and
+// the facet. (pare_rt, in export/runtime/, has its own kernel table: it links no libtorch.)
 //
 //   auto& reg = OpRegistry::global();          // core ops registered on first use
 //   const OpDef& conv = reg.get("Conv");
@@ -65,7 +65,7 @@ struct OpDef {
   std::vector<int> state_inputs;         ///< inputs that hold running state (BatchNorm mean/var)
   std::string doc;                        ///< one line for `pare ops` and errors
 
-  /// Attaches a facet under `key` ("export.onnx", "prune.channels", ...), replacing any earlier one.
+  /// Attaches a facet under `key` ("quantize.policy", "prune.channels", ...), replacing any earlier one.
   template <class T>
   void set_facet(const std::string& key, T value) {
     facets_[key] = std::make_shared<std::any>(std::move(value));
@@ -107,7 +107,8 @@ class OpRegistry {
   std::map<std::string, OpDef> ops_;
 };
 
-/// Registers every core op (explicitly, not by static initializers: see STYLE.md).
+/// Registers every core op (explicitly, not by static initializers, whose order across
+/// translation units is unspecified and which a static library's linker may drop).
 void register_core_ops(OpRegistry& reg);
 
 // The core op families, each in its own file (core/ops_*.cpp).

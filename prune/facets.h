@@ -37,7 +37,7 @@ namespace pare::prune {
 inline constexpr const char* kWeightFacet = "prune.weight";
 inline constexpr const char* kChannelFacet = "prune.channels";
 
-/// Registers prune's facets on `reg`'s core ops (explicitly, see STYLE.md).
+/// Registers prune's facets on `reg`'s core ops (explicitly, not by static initializers).
 void register_prune_facets(core::OpRegistry& reg);
 /// The global registry with prune's facets attached (done once, thread-safe).
 const core::OpRegistry& prune_registry();

@@ -4,6 +4,10 @@ source "$(dirname "$0")/lib.sh"
 expect_exit 0 "^pare [0-9]" -- "$PARE" --version
 expect_exit 0 "inspect" -- "$PARE" --help
 for c in inspect run train eval; do expect_exit 0 "Usage|usage|OPTIONS" -- "$PARE" "$c" --help; done
+# An unknown command is named, with the nearest one, also before --help (issue 12's papercuts).
+expect_exit 2 "unknown command 'bogus'" -- "$PARE" bogus
+expect_exit 2 "unknown command 'bogus'" -- "$PARE" bogus --help
+expect_exit 2 "did you mean 'prune'" -- "$PARE" prun model.onnx
 
 make_npy_data "$work" 64
 expect_exit 0 "val_accuracy" -- "$PARE" train --model lenet5 --data "npy:$work/x.npy,$work/y.npy" --epochs 2 \

@@ -33,6 +33,8 @@ expect_resume_identical() {
   "$PARE" "$@" --checkpoint "$ck" --checkpoint-every "$every" --out "$run" &
   local pid=$!
   for _ in $(seq 1 600); do [ -f "$ck" ] && break; sleep 0.02; done
+  # Without a checkpoint before the kill, "--resume" below would be a fresh run and prove nothing.
+  [ -f "$ck" ] || fail "$name: no checkpoint was written before the kill"
   kill -9 "$pid" 2>/dev/null || true
   wait "$pid" 2>/dev/null || true
   [ -f "$run" ] && fail "$name: the run finished before it could be killed"

@@ -67,6 +67,13 @@ expect_exit 0 "fc1" -- "$PARE" prune mlp:784-64-32-10 "${q[@]}" --analyze --rati
 "$PY" -c "import json,sys; r=json.load(open(sys.argv[1]))['rows']; sys.exit(0 if len(r)==6 else 1)" "$work/sens.json" \
   && echo "ok: sensitivity rows" || fail "sensitivity JSON"
 
+# One-shot pruning needs no data (issue 12's papercuts); what trains or scores says it needs --data.
+expect_exit 0 "weight sparsity" -- "$PARE" prune mlp:784-64-32-10 --sparsity 0.9 --global --out "$work/nodata.onnx"
+[ -f "$work/nodata.onnx" ] && echo "ok: pruned without data" || fail "no output without --data"
+expect_exit 0 "" -- "$PARE" prune cnn --method channel --sparsity 0.5 --quiet --out "$work/nodata_ch.onnx"
+expect_exit 2 "give --data" -- "$PARE" prune mlp:784-64-32-10 --sparsity 0.5 --epochs 1 --out "$work/bad.onnx"
+expect_exit 2 "give --data" -- "$PARE" prune mlp:784-64-32-10 --analyze
+
 # Impossible requests: exit 2 naming the problem, no output file.
 bad=(prune mlp:784-64-32-10 "${q[@]}" --out "$work/bad.onnx")
 expect_exit 2 "--sparsity must lie in \[0, 1\]" -- "$PARE" "${bad[@]}" --sparsity 1.5

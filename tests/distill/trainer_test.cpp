@@ -30,13 +30,19 @@ TEST(Trainer, LearnsSeparableData) {
 
 TEST(Trainer, SameSeedSameWeights) {
   auto train = blobs(128, 1);
-  auto run = [&] {
+  auto run = [&](uint64_t seed) {
     core::Module m(core::build_zoo_model("mlp:784-8-2", 5));
-    distill::Trainer(m, distill::TrainerOptions().epochs(1).batch_size(16).seed(7).progress(false))
+    distill::Trainer(m, distill::TrainerOptions().epochs(1).batch_size(16).seed(seed).progress(false))
         .fit(train, nullptr);
     return m.parameters()[0].detach().clone();
   };
-  EXPECT_TRUE(at::equal(run(), run()));
+  const at::Tensor a = run(7);
+  EXPECT_TRUE(at::equal(a, run(7)));
+  // Training moved the weights, and another seed (another data order) moves them elsewhere: a
+  // trainer that did nothing would pass the line above.
+  const at::Tensor init = core::Module(core::build_zoo_model("mlp:784-8-2", 5)).parameters()[0].detach();
+  EXPECT_FALSE(at::equal(a, init));
+  EXPECT_FALSE(at::equal(a, run(8)));
 }
 
 TEST(Trainer, NonFiniteLossStopsTheRunNamingTheStep) {
