@@ -48,20 +48,13 @@ double accuracy(const core::Graph& g, const core::TensorDataset* val, int64_t ba
 void recover(PruneCli& o, core::Module& student, const distill::TrainerOptions& topts,
              const core::TensorDataset& train, const core::TensorDataset* val,
              const std::function<void(distill::Trainer&)>& configure) {
-  if (o.teachers.empty()) {
-    distill::Trainer trainer(student, topts);
-    if (configure) configure(trainer);
-    trainer.fit(train, val);
-    return;
-  }
-  auto teacher = distill::load_teachers(o.teachers, o.teacher_weights, topts.seed_);
-  distill::DistillLossOptions lopts = o.loss;
-  lopts.seed(topts.seed_);
-  lopts.validate();
+  distill::TeacherSource source{o.teachers, o.teacher_weights, o.loss, nullptr};
   if (!o.run.quiet)
-    std::fprintf(stderr, "recovering by distillation from %s: T=%g alpha=%g\n", teacher->describe().c_str(),
-                 lopts.temperature_, lopts.alpha_);
-  distill::distill(student, *teacher, lopts, topts, train, val, configure);
+    source.on_start = [](const distill::Teacher& t, const distill::DistillLossOptions& l) {
+      std::fprintf(stderr, "recovering by distillation from %s: T=%g alpha=%g\n", t.describe().c_str(),
+                   l.temperature_, l.alpha_);
+    };
+  distill::fine_tune(student, source, topts, train, val, configure);
 }
 
 void run_prune(PruneCli& o) {

@@ -77,24 +77,17 @@ void run_qat(QuantizeOpts& o, const core::Graph& g, const at::Tensor& calib_x, c
   core::TensorDataset train, val;
   const core::TensorDataset* val_ptr = run.load_data(train, val, fq, topts);
   core::Module student(std::move(fq));
-  std::vector<distill::EpochStats> history;
-  if (!o.teachers.empty()) {
-    distill::DistillLossOptions lopts = o.loss;
-    lopts.seed(topts.seed_);
-    lopts.validate();
-    auto teacher = distill::load_teachers(o.teachers, {}, topts.seed_);
-    if (!o.quiet && topts.is_writer())
+  const bool talk = !o.quiet && topts.is_writer();
+  distill::TeacherSource source{o.teachers, {}, o.loss, nullptr};
+  if (talk && !o.teachers.empty())
+    source.on_start = [&](const distill::Teacher& t, const distill::DistillLossOptions& l) {
       std::fprintf(stderr, "quantization-aware training of %s on %s, distilling from %s: T=%g alpha=%g\n",
-                   o.model.c_str(), train.name.c_str(), teacher->describe().c_str(), lopts.temperature_,
-                   lopts.alpha_);
-    history = distill::distill(student, *teacher, lopts, topts, train, val_ptr);
-  } else {
-    if (!o.quiet && topts.is_writer())
-      std::fprintf(stderr, "quantization-aware training of %s on %s (cross entropy, no teacher)\n",
-                   o.model.c_str(), train.name.c_str());
-    distill::Trainer trainer(student, topts);
-    history = trainer.fit(train, val_ptr);
-  }
+                   o.model.c_str(), train.name.c_str(), t.describe().c_str(), l.temperature_, l.alpha_);
+    };
+  else if (talk)
+    std::fprintf(stderr, "quantization-aware training of %s on %s (cross entropy, no teacher)\n", o.model.c_str(),
+                 train.name.c_str());
+  const std::vector<distill::EpochStats> history = distill::fine_tune(student, source, topts, train, val_ptr);
   if (!topts.is_writer()) return;  // rank 0 converts and writes
   quantize::PtqResult r = quantize::convert_qat(m, student.to_graph(), calib_x);
   if (!norm.empty()) r.graph.metadata["pare.normalize"] = norm;

@@ -53,6 +53,24 @@ using ForwardFn = std::function<std::vector<at::Tensor>(const Node&, const std::
 using FlopsFn = std::function<int64_t(const Node&, const std::vector<std::vector<int64_t>>& in,
                                       const std::vector<std::vector<int64_t>>& out)>;
 
+/// How an op's output elements relate to its inputs' elements. Passes that follow dimensions
+/// through a graph (channel pruning, tensor parallelism) read these instead of lists of op names.
+struct OpTraits {
+  enum class Elementwise {
+    kNo,
+    kUnary,      ///< output 0 [i] = f(input 0 [i]); other inputs are scalars (Clip, Dropout)
+    kBroadcast,  ///< output [i] = f(a[i], b[i], ...), every input numpy-broadcast (Add, Where, Sum)
+  };
+  enum class Reduction {
+    kNo,
+    kAxes,  ///< Reduce*: over `axes` (attribute, or input 1), `keepdims`
+    kAxis,  ///< ArgMax/ArgMin: over `axis`, `keepdims`
+  };
+  Elementwise elementwise = Elementwise::kNo;
+  Reduction reduction = Reduction::kNo;
+  bool spatial_pool = false;  ///< [N, C, spatial...] -> [N, C, spatial'...]: channels untouched
+};
+
 /// One registered op.
 struct OpDef {
   std::string name;
@@ -64,6 +82,7 @@ struct OpDef {
   std::vector<int> weight_inputs;        ///< inputs that hold trainable weights when initializers
   std::vector<int> state_inputs;         ///< inputs that hold running state (BatchNorm mean/var)
   std::string doc;                        ///< one line for `pare ops` and errors
+  OpTraits traits;                        ///< elementwise, reduction, pooling
 
   /// Attaches a facet under `key` ("quantize.policy", "prune.channels", ...), replacing any earlier one.
   template <class T>

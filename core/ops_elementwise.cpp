@@ -22,6 +22,7 @@ void add_unary(OpRegistry& reg, const std::string& name, Unary fn, std::string d
                std::vector<AttrSpec> attrs = {}, int64_t flops = 1) {
   OpDef d;
   d.name = name;
+  d.traits.elementwise = OpTraits::Elementwise::kUnary;
   d.attrs = std::move(attrs);
   d.forward = [fn](const Node& n, const Tensors& in, const RunContext&) -> Tensors {
     return {fn(n, in.at(0))};
@@ -35,6 +36,7 @@ void add_binary(OpRegistry& reg, const std::string& name, Binary fn, std::string
                 std::vector<int> weight_inputs = {}, int64_t flops = 1) {
   OpDef d;
   d.name = name;
+  d.traits.elementwise = OpTraits::Elementwise::kBroadcast;
   d.inputs_min = d.inputs_max = 2;
   d.forward = [fn](const Node&, const Tensors& in, const RunContext&) -> Tensors {
     return {fn(in.at(0), in.at(1))};
@@ -49,6 +51,7 @@ void add_binary(OpRegistry& reg, const std::string& name, Binary fn, std::string
 void add_variadic(OpRegistry& reg, const std::string& name, Binary fold, bool mean, std::string doc) {
   OpDef d;
   d.name = name;
+  d.traits.elementwise = OpTraits::Elementwise::kBroadcast;
   d.inputs_min = 1;
   d.inputs_max = -1;
   d.forward = [fold, mean](const Node&, const Tensors& in, const RunContext&) -> Tensors {
@@ -114,6 +117,7 @@ void register_elementwise_ops(OpRegistry& reg) {
   {
     OpDef d;
     d.name = "Mod";
+    d.traits.elementwise = OpTraits::Elementwise::kBroadcast;
     d.inputs_min = d.inputs_max = 2;
     d.attrs = {spec_int("fmod")};
     d.forward = [](const Node& n, const Tensors& in, const RunContext&) -> Tensors {
@@ -215,6 +219,7 @@ void register_elementwise_ops(OpRegistry& reg) {
   {
     OpDef d;
     d.name = "Cast";
+    d.traits.elementwise = OpTraits::Elementwise::kUnary;
     d.attrs = {{"to", AttrKind::kInt, true}, spec_int("saturate")};
     d.forward = [](const Node& n, const Tensors& in, const RunContext&) -> Tensors {
       const int64_t to = n.attr_int("to", -1);
@@ -233,6 +238,7 @@ void register_elementwise_ops(OpRegistry& reg) {
   {
     OpDef d;
     d.name = "Clip";
+    d.traits.elementwise = OpTraits::Elementwise::kUnary;
     d.inputs_max = 3;
     d.attrs = {spec_float("max"), spec_float("min")};
     d.forward = [](const Node& n, const Tensors& in, const RunContext&) -> Tensors {
@@ -254,6 +260,7 @@ void register_elementwise_ops(OpRegistry& reg) {
   {
     OpDef d;
     d.name = "Where";
+    d.traits.elementwise = OpTraits::Elementwise::kBroadcast;
     d.inputs_min = d.inputs_max = 3;
     d.forward = [](const Node&, const Tensors& in, const RunContext&) -> Tensors {
       return {at::where(as_bool(in.at(0)), in.at(1), in.at(2))};

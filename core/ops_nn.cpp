@@ -337,6 +337,7 @@ using ReduceFn = std::function<at::Tensor(const at::Tensor&, const std::vector<i
 void add_reduce(OpRegistry& reg, const std::string& name, ReduceFn fn, std::string doc) {
   OpDef d;
   d.name = name;
+  d.traits.reduction = OpTraits::Reduction::kAxes;
   d.inputs_max = 2;  // axes as an input: ReduceSum since opset 13, all Reduce* since opset 18
   d.attrs = {spec_ints("axes"), spec_int("keepdims"), spec_int("noop_with_empty_axes")};
   d.forward = [fn](const Node& n, const Tensors& in, const RunContext&) -> Tensors {
@@ -458,6 +459,7 @@ void register_nn_ops(OpRegistry& reg) {
   {
     OpDef d;
     d.name = "MaxPool";
+    d.traits.spatial_pool = true;
     d.outputs_max = 2;
     d.attrs = {spec_string("auto_pad"), spec_int("ceil_mode"), spec_ints("dilations"),
                {"kernel_shape", AttrKind::kInts, true}, spec_ints("pads"),
@@ -470,6 +472,7 @@ void register_nn_ops(OpRegistry& reg) {
   {
     OpDef d;
     d.name = "AveragePool";
+    d.traits.spatial_pool = true;
     // dilations is opset 19; declared so such models load, and refused unless all ones.
     d.attrs = {spec_string("auto_pad"), spec_int("ceil_mode"), spec_int("count_include_pad"),
                spec_ints("dilations"), {"kernel_shape", AttrKind::kInts, true}, spec_ints("pads"),
@@ -484,6 +487,7 @@ void register_nn_ops(OpRegistry& reg) {
                             const char* doc) {
     OpDef d;
     d.name = name;
+    d.traits.spatial_pool = true;
     d.forward = [reduce](const Node& n, const Tensors& in, const RunContext&) -> Tensors {
       const at::Tensor& x = in.at(0);
       PARE_CHECK(x.dim() >= 3, n.describe(), ": ", n.op_type, " needs X [N, C, spatial...], got ",
@@ -521,6 +525,7 @@ void register_nn_ops(OpRegistry& reg) {
   {
     OpDef d;
     d.name = "Dropout";
+    d.traits.elementwise = OpTraits::Elementwise::kUnary;
     d.inputs_max = 3;
     d.outputs_max = 2;
     d.attrs = {spec_int("seed"), spec_float("ratio")};  // ratio: attribute before opset 12

@@ -404,6 +404,7 @@ void register_tensor_ops(OpRegistry& reg) {
                    is_max ? "int64 index of the maximum along `axis`"
                           : "int64 index of the minimum along `axis`");
     d.attrs = {spec_int("axis"), spec_int("keepdims"), spec_int("select_last_index")};
+    d.traits.reduction = OpTraits::Reduction::kAxis;
     d.forward = [is_max](const Node& n, const Tensors& in, const RunContext&) -> Tensors {
       const at::Tensor& x = in.at(0);
       const int64_t axis = ops::normalize_axis(n.attr_int("axis", 0), x.dim(), n);

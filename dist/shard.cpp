@@ -72,15 +72,11 @@ struct Layout {
                                 // the r-th of `ranks` equal blocks)
 };
 
-const std::set<std::string> kUnary = {
-    "Relu", "LeakyRelu", "Sigmoid", "Tanh", "Erf", "Gelu", "Clip", "Sqrt", "Exp", "Log", "Neg", "Abs",
-    "Softplus", "HardSigmoid", "HardSwish", "Identity", "Dropout", "Elu", "Selu", "Cast", "Reciprocal",
-    "Floor", "Ceil", "Round", "Sign", "Sin", "Cos", "Not"};
-const std::set<std::string> kBroadcast = {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Where",
-                                          "Equal", "Less", "Greater", "And", "Or"};
-const std::set<std::string> kChannelPools = {"MaxPool", "AveragePool", "GlobalAveragePool",
-                                             "GlobalMaxPool", "LpPool"};
-const std::set<std::string> kReduce = {"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin"};
+// What the op registry says of an op's elements (core::OpTraits).
+core::OpTraits traits_of(const std::string& op) {
+  const core::OpDef* d = core::OpRegistry::global().find(op);
+  return d ? d->traits : core::OpTraits{};
+}
 
 class TensorParallelPass {
  public:
@@ -232,12 +228,14 @@ class TensorParallelPass {
 
   void visit(const Node& n) {
     const std::string& op = n.op_type;
+    const core::OpTraits t = traits_of(op);
+    const bool broadcast_op = t.elementwise == core::OpTraits::Elementwise::kBroadcast;
     if (op == "Conv" && is_init(n, 1)) return conv(n);
     if (op == "Gemm" && is_init(n, 1)) return gemm(n);
     if (op == "MatMul") return matmul(n);
     const Layout in = n.inputs.empty() || n.inputs[0].empty() ? Layout{} : layout(n.inputs[0]);
     if (in.kind != Layout::kSplit) {
-      if (kBroadcast.count(op)) return broadcast(n);
+      if (broadcast_op) return broadcast(n);
       return replicate(n, op == "Gather" ? "embeddings stay whole" : "its input is whole");
     }
     const int64_t rank = static_cast<int64_t>(full_shape(n.inputs[0]).size());
@@ -247,15 +245,15 @@ class TensorParallelPass {
         ins.push_back(i == 0 ? local(n.inputs[0]) : n.inputs[i].empty() ? "" : whole(n.inputs[i]));
       emit_as(n, ins, out, std::move(attrs));
     };
-    if (kUnary.count(op) && n.outputs.size() == 1) return keep_split(in);
-    if (kBroadcast.count(op)) return broadcast(n);
+    if (t.elementwise == core::OpTraits::Elementwise::kUnary && n.outputs.size() == 1) return keep_split(in);
+    if (broadcast_op) return broadcast(n);
     if (op == "BatchNormalization" && in.axis == 1 && n.outputs.size() == 1 && is_init(n, 1) && is_init(n, 2) &&
         is_init(n, 3) && is_init(n, 4)) {
       std::vector<std::string> ins = {local(n.inputs[0])};
       for (size_t i = 1; i < 5; ++i) ins.push_back(split_init(n, i, 0));
       return emit_as(n, ins, in);
     }
-    if (kChannelPools.count(op) && in.axis == 1 && n.outputs.size() == 1) return keep_split(in);
+    if (t.spatial_pool && in.axis == 1 && n.outputs.size() == 1) return keep_split(in);
     if (op == "Transpose") {
       auto perm = n.attr_ints("perm");
       if (perm.empty())
@@ -275,7 +273,7 @@ class TensorParallelPass {
       if (in.axis < axis) return keep_split(in);
       return replicate(n, "the split axis is normalised");
     }
-    if (kReduce.count(op) && n.inputs.size() == 1) {
+    if (t.reduction == core::OpTraits::Reduction::kAxes && n.inputs.size() == 1) {
       auto axes = n.attr_ints("axes");
       for (auto& a : axes) a = a < 0 ? a + rank : a;
       if (!axes.empty() && std::find(axes.begin(), axes.end(), in.axis) == axes.end()) {

@@ -72,4 +72,20 @@ std::vector<EpochStats> distill(core::Module& student, Teacher& teacher,
   return trainer.fit(train, val);
 }
 
+std::vector<EpochStats> fine_tune(core::Module& student, const TeacherSource& teachers,
+                                  const TrainerOptions& trainer, const core::TensorDataset& train,
+                                  const core::TensorDataset* val, const std::function<void(Trainer&)>& configure) {
+  if (teachers.specs.empty()) {
+    Trainer t(student, trainer);
+    if (configure) configure(t);
+    return t.fit(train, val);
+  }
+  DistillLossOptions loss = teachers.loss;
+  loss.seed(trainer.seed_);
+  loss.validate();
+  auto teacher = load_teachers(teachers.specs, teachers.weights, trainer.seed_);
+  if (teachers.on_start) teachers.on_start(*teacher, loss);
+  return distill(student, *teacher, loss, trainer, train, val, configure);
+}
+
 }  // namespace pare::distill

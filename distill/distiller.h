@@ -8,6 +8,7 @@
 #pragma once
 
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "core/data.h"
@@ -32,5 +33,23 @@ std::vector<EpochStats> distill(core::Module& student, Teacher& teacher,
                                 const DistillLossOptions& loss, const TrainerOptions& trainer,
                                 const core::TensorDataset& train, const core::TensorDataset* val,
                                 const std::function<void(Trainer&)>& configure = nullptr);
+
+/// Where a student learns from, for fine_tune: teachers (zoo specs or model files, weighted as
+/// an ensemble) and the distillation loss; no teachers means cross entropy alone.
+struct TeacherSource {
+  std::vector<std::string> specs;
+  std::vector<double> weights;  ///< empty: equal weights
+  DistillLossOptions loss;
+  /// Called once the teachers are loaded and the loss validated (to report them).
+  std::function<void(const Teacher&, const DistillLossOptions&)> on_start;
+};
+
+/// Trains `student` on `train`, evaluating on `val`: distils from `teachers` when it names any
+/// (the loss takes the trainer's seed and is validated), else fits with cross entropy. The
+/// recovery step of pruning with recovery and of quantization-aware training.
+std::vector<EpochStats> fine_tune(core::Module& student, const TeacherSource& teachers,
+                                  const TrainerOptions& trainer, const core::TensorDataset& train,
+                                  const core::TensorDataset* val,
+                                  const std::function<void(Trainer&)>& configure = nullptr);
 
 }  // namespace pare::distill

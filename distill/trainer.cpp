@@ -12,6 +12,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <type_traits>
 
 #include "core/error.h"
 #include "core/file_util.h"
@@ -70,10 +71,42 @@ void check_logits(const at::Tensor& logits, const at::Tensor& y, const std::stri
              ") for a model with ", logits.size(1), " classes; got labels up to ", hi);
 }
 
+// The fields of an epoch's statistics and of a run's state (Trainer::State, but its history),
+// each listed once with its JSON name, for the metrics file and checkpoints alike.
+template <class Stats, class F>
+void stats_fields(Stats& st, F&& f) {
+  f("epoch", st.epoch);
+  f("steps", st.steps);
+  f("samples", st.samples);
+  f("train_loss", st.train_loss);
+  f("train_accuracy", st.train_accuracy);
+  f("seconds", st.seconds);
+  f("samples_per_s", st.samples_per_s);
+}
+template <class State, class F>
+void state_fields(State& st, F&& f) {
+  f("epoch", st.epoch);
+  f("batch", st.batch);
+  f("step", st.step);
+  f("samples", st.samples);
+  f("correct", st.correct);
+  f("epochs_since_best", st.epochs_since_best);
+  f("loss_sum", st.loss_sum);
+  f("best_val", st.best_val);
+  f("seconds", st.seconds);
+  f("part_sums", st.part_sums);
+}
+// Visitors: write each field into a JSON object, or read it back.
+auto to_json_of(nlohmann::json& j) {
+  return [&j](const char* key, const auto& v) { j[key] = v; };
+}
+auto from_json_of(const nlohmann::json& j) {
+  return [&j](const char* key, auto& v) { v = j.at(key).get<std::decay_t<decltype(v)>>(); };
+}
+
 nlohmann::json stats_json(const EpochStats& st) {
-  nlohmann::json j = {{"epoch", st.epoch}, {"steps", st.steps}, {"samples", st.samples},
-                      {"train_loss", st.train_loss}, {"train_accuracy", st.train_accuracy},
-                      {"seconds", st.seconds}, {"samples_per_s", st.samples_per_s}};
+  nlohmann::json j = nlohmann::json::object();
+  stats_fields(st, to_json_of(j));
   if (st.val_accuracy >= 0) {
     j["val_loss"] = st.val_loss;
     j["val_accuracy"] = st.val_accuracy;
@@ -84,13 +117,7 @@ nlohmann::json stats_json(const EpochStats& st) {
 
 EpochStats stats_from_json(const nlohmann::json& j) {
   EpochStats st;
-  st.epoch = j.at("epoch");
-  st.steps = j.at("steps");
-  st.samples = j.at("samples");
-  st.train_loss = j.at("train_loss");
-  st.train_accuracy = j.at("train_accuracy");
-  st.seconds = j.at("seconds");
-  st.samples_per_s = j.at("samples_per_s");
+  stats_fields(st, from_json_of(j));
   st.val_loss = j.value("val_loss", -1.0);
   st.val_accuracy = j.value("val_accuracy", -1.0);
   for (auto& [k, v] : j.items())
@@ -230,12 +257,8 @@ void Trainer::save_checkpoint(const State& st) {
   optimizer_->save(optim);
   archive.write("optimizer", optim);
   archive.write("rng", at::detail::getDefaultCPUGenerator().get_state(), true);
-  nlohmann::json j = {{"epoch", st.epoch}, {"batch", st.batch}, {"step", st.step},
-                      {"samples", st.samples}, {"correct", st.correct},
-                      {"epochs_since_best", st.epochs_since_best}, {"loss_sum", st.loss_sum},
-                      {"best_val", st.best_val}, {"seconds", st.seconds},
-                      {"part_sums", st.part_sums}, {"history", nlohmann::json::array()},
-                      {"seed", opts_.seed_}, {"batch_size", opts_.batch_size_}};
+  nlohmann::json j = {{"history", nlohmann::json::array()}, {"seed", opts_.seed_}, {"batch_size", opts_.batch_size_}};
+  state_fields(st, to_json_of(j));
   for (auto& h : st.history) j["history"].push_back(stats_json(h));
   archive.write("state", c10::IValue(j.dump()));
   write_file_atomic(opts_.checkpoint_, [&](std::ostream& os) { archive.save_to(os); });
@@ -276,16 +299,7 @@ bool Trainer::load_checkpoint(State& st) {
     PARE_CHECK(j.at("seed").get<uint64_t>() == opts_.seed_ && j.at("batch_size").get<int64_t>() == opts_.batch_size_,
                "'", path, "' was written by a run with --seed ", j.at("seed").get<uint64_t>(),
                " and --batch-size ", j.at("batch_size").get<int64_t>(), "; resume with the same options");
-    st.epoch = j.at("epoch");
-    st.batch = j.at("batch");
-    st.step = j.at("step");
-    st.samples = j.at("samples");
-    st.correct = j.at("correct");
-    st.epochs_since_best = j.at("epochs_since_best");
-    st.loss_sum = j.at("loss_sum");
-    st.best_val = j.at("best_val");
-    st.seconds = j.at("seconds");
-    st.part_sums = j.at("part_sums").get<std::map<std::string, double>>();
+    state_fields(st, from_json_of(j));
     for (auto& h : j.at("history")) st.history.push_back(stats_from_json(h));
   } catch (const Error&) {
     throw;

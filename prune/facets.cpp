@@ -274,7 +274,8 @@ void reduce(const Node& n, ChannelGraph& cg) {
   const std::string &x = n.inputs.at(0), &y = n.outputs.at(0);
   const int64_t r = cg.rank(x);
   std::vector<int64_t> axes = n.attr_ints("axes");
-  if (n.op_type == "ArgMax" || n.op_type == "ArgMin") axes = {n.attr_int("axis", 0)};
+  if (core::OpRegistry::global().get(n.op_type).traits.reduction == core::OpTraits::Reduction::kAxis)
+    axes = {n.attr_int("axis", 0)};
   if (has(n, 1)) {
     if (!cg.is_initializer(n.inputs[1])) return block_all(n, cg);
     axes = core::to_int_vector(cg.graph().initializers.at(n.inputs[1]));
@@ -376,26 +377,24 @@ void register_prune_facets(core::OpRegistry& reg) {
   channels({"MatMul"}, matmul);
   channels({"BatchNormalization"}, batch_norm);
   channels({"LayerNormalization"}, layer_norm);
-  channels({"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"}, pool);
+  // The ops whose core traits say how they map elements: no list of names here.
+  auto with = [&reg](const std::function<bool(const core::OpTraits&)>& pred) {
+    std::vector<std::string> ops;
+    for (const auto& name : reg.names())
+      if (pred(reg.get(name).traits)) ops.push_back(name);
+    return ops;
+  };
+  channels(with([](const core::OpTraits& t) { return t.spatial_pool; }), pool);
   channels({"Softmax", "LogSoftmax"}, softmax);
   channels({"Transpose"}, transpose);
   channels({"Concat"}, concat);
   channels({"Reshape"}, reshape);
   channels({"Flatten", "Squeeze", "Unsqueeze"}, [](const Node& n, ChannelGraph& cg) { reshape_like(n, cg); });
   channels({"Shape", "Size"}, shape_only);
-  std::vector<std::string> reductions;
-  for (const auto& name : reg.names())
-    if (name.rfind("Reduce", 0) == 0) reductions.push_back(name);
-  reductions.push_back("ArgMax");
-  reductions.push_back("ArgMin");
-  channels(reductions, reduce);
-  // Elementwise with numpy broadcasting: the arithmetic, comparison and logic ops, activations,
-  // Clip, Cast, Where, Dropout, Identity and the variadic Sum/Mean/Max/Min.
-  channels({"Add", "Sub", "Mul", "Div", "Pow", "Mod", "Equal", "Less", "LessOrEqual", "Greater",
-            "GreaterOrEqual", "And", "Or", "Xor", "Sum", "Mean", "Max", "Min", "Identity", "Neg",
-            "Abs", "Sqrt", "Exp", "Log", "Reciprocal", "Floor", "Ceil", "Round", "Sign", "Sin", "Cos",
-            "Erf", "Tanh", "Sigmoid", "Relu", "Not", "LeakyRelu", "Elu", "HardSigmoid", "HardSwish",
-            "Softplus", "Cast", "Clip", "Where", "Dropout"},
+  channels(with([](const core::OpTraits& t) { return t.reduction != core::OpTraits::Reduction::kNo; }), reduce);
+  // Elementwise, unary or with numpy broadcasting: arithmetic, comparisons, logic, activations,
+  // Clip, Cast, Where, Dropout, Identity, the variadic Sum/Mean/Max/Min.
+  channels(with([](const core::OpTraits& t) { return t.elementwise != core::OpTraits::Elementwise::kNo; }),
            elementwise);
   // Marked unsupported: the dims these touch keep their size. An op in none of these lists has
   // no facet, and the analysis of a graph that uses it fails naming the op.

@@ -12,12 +12,6 @@
 namespace pare::quantize {
 namespace {
 
-bool listed(const core::Node& n, const std::vector<std::string>& list) {
-  for (auto& e : list)
-    if (n.name == e || n.op_type == e) return true;
-  return false;
-}
-
 // Why `n` is left in fp32, or "" when it can be rewritten.
 std::string why_not(const core::Graph& g, const core::Node& n) {
   if (n.op_type != "MatMul" && n.op_type != "Gemm")
@@ -39,12 +33,7 @@ DynamicResult quantize_dynamic(const core::Graph& fp32, const DynamicOptions& op
   check_not_quantized(fp32, "model '" + fp32.name + "'");
   PARE_CHECK(fp32.opset >= 13, "model '", fp32.name, "' uses opset ", fp32.opset,
              "; per-axis quantization needs opset 13 or later (re-export it)");
-  for (auto& e : opts.exclude_) {
-    bool any = false;
-    for (auto& n : fp32.nodes) any |= n.name == e || n.op_type == e;
-    PARE_CHECK(any, "--exclude ", e, ": no node has this name or op type (node names are listed by "
-               "'pare inspect MODEL')");
-  }
+  check_names(fp32, opts.exclude_, "--exclude");
   DynamicResult res;
   core::Graph g = fp32;
   g.topo_sort();
@@ -59,7 +48,7 @@ DynamicResult quantize_dynamic(const core::Graph& fp32, const DynamicOptions& op
   for (size_t i = 0; i < original; ++i) {
     const core::Node n = g.nodes[i];  // a copy: add_node below may move the nodes
     const std::string why = why_not(g, n);
-    if (!why.empty() || listed(n, opts.exclude_)) {
+    if (!why.empty() || matches(n, opts.exclude_)) {
       if (n.op_type == "Conv" || n.op_type == "MatMul" || n.op_type == "Gemm")
         res.skipped.push_back(n.describe() + ": " + (why.empty() ? "excluded" : why));
       continue;

@@ -95,36 +95,37 @@ void check_calibration_data(const Graph& g, const at::Tensor& x, const std::stri
              core::dtype_name(in.dtype));
 }
 
-namespace {
-
 bool matches(const Node& n, const std::vector<std::string>& list) {
   for (auto& e : list)
     if (n.name == e || n.op_type == e) return true;
   return false;
 }
 
+void check_names(const Graph& g, const std::vector<std::string>& list, const std::string& option) {
+  for (auto& e : list) {
+    const bool any = std::any_of(g.nodes.begin(), g.nodes.end(), [&](const Node& n) { return matches(n, {e}); });
+    PARE_CHECK(any, option, " ", e, ": no node has this name or op type (node names are listed by "
+               "'pare inspect MODEL')");
+  }
+}
+
+namespace {
+
 // Every entry of --include / --exclude must name something; --include entries must be
 // quantizable.
 void check_lists(const Graph& g, const PtqOptions& o) {
-  for (const auto* list : {&o.include_, &o.exclude_}) {
-    const char* flag = list == &o.include_ ? "--include" : "--exclude";
-    for (auto& e : *list) {
-      bool any = false;
-      for (auto& n : g.nodes) {
-        if (n.name != e && n.op_type != e) continue;
-        any = true;
-        if (list != &o.include_) continue;
-        const QuantPolicy& p = policy_of(n.op_type);
-        PARE_CHECK(p.kind == Kind::kCompute, flag, " ", e, ": ", n.describe(), " cannot be quantized: ",
-                   p.why_not.empty() ? "it has no weight of its own" : p.why_not);
-        PARE_CHECK(g.is_initializer(n.inputs[static_cast<size_t>(p.weight_input)]), flag, " ", e,
-                   ": ", n.describe(), " cannot be quantized: its weight '",
-                   n.inputs[static_cast<size_t>(p.weight_input)], "' is not a constant");
-      }
-      PARE_CHECK(any, flag, " ", e, ": no node has this name or op type (node names are listed by "
-                 "'pare inspect MODEL')");
+  check_names(g, o.include_, "--include");
+  check_names(g, o.exclude_, "--exclude");
+  for (auto& e : o.include_)
+    for (auto& n : g.nodes) {
+      if (!matches(n, {e})) continue;
+      const QuantPolicy& p = policy_of(n.op_type);
+      PARE_CHECK(p.kind == Kind::kCompute, "--include ", e, ": ", n.describe(), " cannot be quantized: ",
+                 p.why_not.empty() ? "it has no weight of its own" : p.why_not);
+      PARE_CHECK(g.is_initializer(n.inputs[static_cast<size_t>(p.weight_input)]), "--include ", e, ": ",
+                 n.describe(), " cannot be quantized: its weight '", n.inputs[static_cast<size_t>(p.weight_input)],
+                 "' is not a constant");
     }
-  }
 }
 
 // Inserts value -> QuantizeLinear -> DequantizeLinear and points every earlier consumer of

@@ -35,12 +35,6 @@ Int4Weight int4_blocks(const at::Tensor& wt, int64_t group) {
   return r;
 }
 
-bool excluded(const core::Node& n, const std::vector<std::string>& list) {
-  for (auto& e : list)
-    if (n.name == e || n.op_type == e) return true;
-  return false;
-}
-
 }  // namespace
 
 WeightOnlyResult quantize_weight_only(const core::Graph& fp32, const WeightOnlyOptions& opts) {
@@ -48,11 +42,7 @@ WeightOnlyResult quantize_weight_only(const core::Graph& fp32, const WeightOnlyO
   const int64_t group = opts.group_;
   PARE_CHECK(group >= 16 && (group & (group - 1)) == 0, "--group must be a power of two >= 16 (",
              "ONNX Runtime's MatMulNBits), got ", group);
-  for (auto& e : opts.exclude_) {
-    bool any = false;
-    for (auto& n : fp32.nodes) any |= n.name == e || n.op_type == e;
-    PARE_CHECK(any, "--exclude ", e, ": no node has this name or op type");
-  }
+  check_names(fp32, opts.exclude_, "--exclude");
   WeightOnlyResult res;
   core::Graph g = fp32;
   g.topo_sort();
@@ -64,7 +54,7 @@ WeightOnlyResult quantize_weight_only(const core::Graph& fp32, const WeightOnlyO
     const bool constant = (mm || gemm) && g.is_initializer(w) && g.initializers.at(w).dim() == 2 &&
                           at::isFloatingType(g.initializers.at(w).scalar_type()) && !g.is_initializer(n.inputs[0]);
     const bool plain_gemm = !gemm || (n.attr_int("transA", 0) == 0 && n.attr_float("alpha", 1.0f) == 1.0f);
-    if (!constant || !plain_gemm || excluded(n, opts.exclude_)) {
+    if (!constant || !plain_gemm || matches(n, opts.exclude_)) {
       out.push_back(n);
       continue;
     }
