@@ -126,7 +126,7 @@ void add_quantize(CLI::App& app, Action& action) {
   auto o = std::make_shared<QuantizeOpts>();
   cmd->add_option("model", o->model, "fp32 ONNX file or zoo spec")->required();
   cmd->add_option("--calib,-c", o->calib,
-                  "Calibration data: fashion-mnist[:DIR] or npy:X.npy,Y.npy (required unless --weight-only)");
+                  "Calibration data: fashion-mnist[:DIR], npy:X.npy,Y.npy or npy:X.npy (inputs only; required unless --weight-only)");
   cmd->add_option("--weight-only", o->weight_only,
                   "int4: block-wise 4-bit weights for MatMul/Gemm (ONNX Runtime's MatMulNBits), "
                   "activations fp32, no calibration");

@@ -31,7 +31,7 @@ void add_teacher_cache(CLI::App& app, Action& action) {
   cmd->add_option("--teacher,-t", o->teachers, "Teacher: ONNX file, zoo spec or TorchScript (.pt); repeat for an ensemble")
       ->required();
   cmd->add_option("--teacher-weights", o->weights, "Ensemble weights (default: equal)")->delimiter(',');
-  cmd->add_option("--data,-d", o->data, "fashion-mnist[:DIR] or npy:X.npy,Y.npy (its train split is cached)")->required();
+  cmd->add_option("--data,-d", o->data, "fashion-mnist[:DIR], npy:X.npy,Y.npy or npy:X.npy (its train split is cached; labels are not read)")->required();
   o->sharding.add_options(cmd);
   cmd->add_option("--normalize", o->normalize, "MEAN,STD applied to inputs (distill with the same)");
   cmd->add_option("--out,-o", o->out, "Cache folder (index.json and per-rank shards)")->required();

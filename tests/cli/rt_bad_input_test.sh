@@ -74,6 +74,8 @@ np.save(f"{d}/x_dims.npy", rng.standard_normal((2, 5)).astype(np.float32))
 PYEOF
 echo "0123456789" > "$work/outside.bin"
 run_rt() { "$PARE" run "$1" --engine rt --input "$work/$2" --output "$work/$3"; }
+# refuses PATTERN MODEL INPUT OUTPUT: exit 2 with PATTERN in the message, and no output file.
+refuses() { expect_exit 2 "$1" -- run_rt "$2" "$3" "$4"; no_file "$work/$4"; }
 
 # The good model runs.
 expect_exit 0 "" -- run_rt "$work/good.onnx" x.npy ok.npy
@@ -81,35 +83,24 @@ expect_exit 0 "" -- run_rt "$work/good.onnx" x.npy ok.npy
 
 # A truncated file, and a file that is no ONNX model at all.
 head -c 100 "$work/good.onnx" > "$work/trunc.onnx"
-expect_exit 2 "trunc.onnx" -- run_rt "$work/trunc.onnx" x.npy o1.npy
-no_file "$work/o1.npy"
+refuses "trunc.onnx" "$work/trunc.onnx" x.npy o1.npy
 echo "not a model" > "$work/junk.onnx"
-expect_exit 2 "junk.onnx" -- run_rt "$work/junk.onnx" x.npy o2.npy
-no_file "$work/o2.npy"
+refuses "junk.onnx" "$work/junk.onnx" x.npy o2.npy
 
 # Negative dims; huge declared dims whose data is missing (inline or external).
-expect_exit 2 "neg_dims.onnx.*'w'.*negative" -- run_rt "$work/neg_dims.onnx" x.npy o3.npy
-no_file "$work/o3.npy"
-expect_exit 2 "huge_dims.onnx.*'w'" -- run_rt "$work/huge_dims.onnx" x.npy o4.npy
-no_file "$work/o4.npy"
-expect_exit 2 "huge_external.onnx.*'w'.*weights.bin" -- run_rt "$work/huge_external.onnx" x.npy o5.npy
-no_file "$work/o5.npy"
+refuses "neg_dims.onnx.*'w'.*negative" "$work/neg_dims.onnx" x.npy o3.npy
+refuses "huge_dims.onnx.*'w'" "$work/huge_dims.onnx" x.npy o4.npy
+refuses "huge_external.onnx.*'w'.*weights.bin" "$work/huge_external.onnx" x.npy o5.npy
 
 # External data outside the model's folder.
-expect_exit 2 "outside.onnx.*'w'.*\.\./outside.bin" -- run_rt "$work/outside.onnx" x.npy o6.npy
-no_file "$work/o6.npy"
+refuses "outside.onnx.*'w'.*\.\./outside.bin" "$work/outside.onnx" x.npy o6.npy
 
 # An op pare_rt does not know; a node reading a value nobody defines.
-expect_exit 2 "unknown_op.onnx.*'act'.*Frobnicate" -- run_rt "$work/unknown_op.onnx" x.npy o7.npy
-no_file "$work/o7.npy"
-expect_exit 2 "undefined.onnx.*'act'.*'nowhere'" -- run_rt "$work/undefined.onnx" x.npy o8.npy
-no_file "$work/o8.npy"
+refuses "unknown_op.onnx.*'act'.*Frobnicate" "$work/unknown_op.onnx" x.npy o7.npy
+refuses "undefined.onnx.*'act'.*'nowhere'" "$work/undefined.onnx" x.npy o8.npy
 
 # Inputs of the wrong dtype, rank and dims.
-expect_exit 2 "input 'x'.*float32.*int64" -- run_rt "$work/good.onnx" x_int.npy o9.npy
-no_file "$work/o9.npy"
-expect_exit 2 "input 'x'.*rank 2" -- run_rt "$work/good.onnx" x_rank.npy o10.npy
-no_file "$work/o10.npy"
-expect_exit 2 "input 'x'.*dim 1 = 4" -- run_rt "$work/good.onnx" x_dims.npy o11.npy
-no_file "$work/o11.npy"
+refuses "input 'x'.*float32.*int64" "$work/good.onnx" x_int.npy o9.npy
+refuses "input 'x'.*rank 2" "$work/good.onnx" x_rank.npy o10.npy
+refuses "input 'x'.*dim 1 = 4" "$work/good.onnx" x_dims.npy o11.npy
 finish
