@@ -20,40 +20,32 @@ using Binary = std::function<at::Tensor(const at::Tensor&, const at::Tensor&)>;
 
 void add_unary(OpRegistry& reg, const std::string& name, Unary fn, std::string doc,
                std::vector<AttrSpec> attrs = {}, int64_t flops = 1) {
-  OpDef d;
-  d.name = name;
+  OpDef d = ops::op_def(name, 1, 1, std::move(doc));
   d.traits.elementwise = OpTraits::Elementwise::kUnary;
   d.attrs = std::move(attrs);
   d.forward = [fn](const Node& n, const Tensors& in, const RunContext&) -> Tensors {
     return {fn(n, in.at(0))};
   };
   d.flops = flops_per_output(flops);
-  d.doc = std::move(doc);
   reg.add(std::move(d));
 }
 
 void add_binary(OpRegistry& reg, const std::string& name, Binary fn, std::string doc,
                 std::vector<int> weight_inputs = {}, int64_t flops = 1) {
-  OpDef d;
-  d.name = name;
+  OpDef d = ops::op_def(name, 2, 2, std::move(doc));
   d.traits.elementwise = OpTraits::Elementwise::kBroadcast;
-  d.inputs_min = d.inputs_max = 2;
   d.forward = [fn](const Node&, const Tensors& in, const RunContext&) -> Tensors {
     return {fn(in.at(0), in.at(1))};
   };
   d.flops = flops_per_output(flops);
   d.weight_inputs = std::move(weight_inputs);
-  d.doc = std::move(doc);
   reg.add(std::move(d));
 }
 
 // Variadic Max/Min/Sum/Mean: a fold with numpy broadcasting.
 void add_variadic(OpRegistry& reg, const std::string& name, Binary fold, bool mean, std::string doc) {
-  OpDef d;
-  d.name = name;
+  OpDef d = ops::op_def(name, 1, -1, std::move(doc));
   d.traits.elementwise = OpTraits::Elementwise::kBroadcast;
-  d.inputs_min = 1;
-  d.inputs_max = -1;
   d.forward = [fold, mean](const Node&, const Tensors& in, const RunContext&) -> Tensors {
     at::Tensor acc = in.at(0);
     for (size_t i = 1; i < in.size(); ++i) acc = fold(acc, in[i]);
@@ -64,7 +56,6 @@ void add_variadic(OpRegistry& reg, const std::string& name, Binary fold, bool me
                const std::vector<std::vector<int64_t>>& out) -> int64_t {
     return out.empty() || in.size() < 2 ? 0 : static_cast<int64_t>(in.size() - 1) * ops::numel(out[0]);
   };
-  d.doc = std::move(doc);
   reg.add(std::move(d));
 }
 
@@ -76,8 +67,9 @@ at::Tensor keep_type(const at::Tensor& y, const at::Tensor& like) {
 at::Tensor as_bool(const at::Tensor& t) { return t.scalar_type() == at::kBool ? t : t.ne(0); }
 
 void add_softmax(OpRegistry& reg, const std::string& name, bool log) {
-  OpDef d;
-  d.name = name;
+  OpDef d = ops::op_def(name, 1, 1,
+                        log ? "log of softmax along `axis` (opset 13: default -1)"
+                            : "exp(x) / sum(exp(x)) along `axis` (opset 13: default -1)");
   d.attrs = {spec_int("axis")};
   d.forward = [log](const Node& n, const Tensors& in, const RunContext&) -> Tensors {
     const at::Tensor& x = in.at(0);
@@ -87,16 +79,72 @@ void add_softmax(OpRegistry& reg, const std::string& name, bool log) {
   };
   // exp, sum and divide (or subtract for the log form) per element.
   d.flops = flops_per_output(3);
-  d.doc = log ? "log of softmax along `axis` (opset 13: default -1)"
-              : "exp(x) / sum(exp(x)) along `axis` (opset 13: default -1)";
   reg.add(std::move(d));
 }
 
-}  // namespace
+OpDef mod_op() {
+  OpDef d = ops::op_def("Mod", 2, 2,
+                        "a mod b: sign of the divisor, or C fmod (sign of the dividend) when fmod=1");
+  d.traits.elementwise = OpTraits::Elementwise::kBroadcast;
+  d.attrs = {spec_int("fmod")};
+  d.forward = [](const Node& n, const Tensors& in, const RunContext&) -> Tensors {
+    if (n.attr_int("fmod", 0) != 0) return {at::fmod(in.at(0), in.at(1))};
+    return {at::remainder(in.at(0), in.at(1))};
+  };
+  d.flops = flops_per_output(1);
+  return d;
+}
 
-void register_elementwise_ops(OpRegistry& reg) {
-  // Binary arithmetic, numpy broadcasting. The weight inputs cover constants such as a learned
-  // scale or bias that exporters write as Add/Mul with an initializer.
+// Cast: `to` is an ONNX TensorProto.DataType number.
+OpDef cast_op() {
+  OpDef d = ops::op_def("Cast", 1, 1, "converts to the element type `to` (ONNX data type number)");
+  d.traits.elementwise = OpTraits::Elementwise::kUnary;
+  d.attrs = {{"to", AttrKind::kInt, true}, spec_int("saturate")};
+  d.forward = [](const Node& n, const Tensors& in, const RunContext&) -> Tensors {
+    const int64_t to = n.attr_int("to", -1);
+    auto type = scalar_type_from_onnx(static_cast<int>(to));
+    PARE_CHECK(type.has_value(), n.describe(), ": Cast 'to' must be an ONNX data type pare "
+               "handles (float, double, float16, bfloat16, int8/16/32/64, uint8, bool), got ", to);
+    const at::Tensor& x = in.at(0);
+    return {x.scalar_type() == *type ? x : x.to(*type)};
+  };
+  d.flops = flops_per_output(0);
+  return d;
+}
+
+// Clip: min and max are optional inputs since opset 11; attributes in older models.
+OpDef clip_op() {
+  OpDef d = ops::op_def("Clip", 1, 3, "clamps x to [min, max] (optional inputs; attributes before opset 11)");
+  d.traits.elementwise = OpTraits::Elementwise::kUnary;
+  d.attrs = {spec_float("max"), spec_float("min")};
+  d.forward = [](const Node& n, const Tensors& in, const RunContext&) -> Tensors {
+    const at::Tensor& x = in.at(0);
+    c10::optional<at::Scalar> lo, hi;
+    if (has_input(in, 1)) lo = in[1].item();
+    else if (n.has_attr("min")) lo = static_cast<double>(n.attr_float("min", 0.0f));
+    if (has_input(in, 2)) hi = in[2].item();
+    else if (n.has_attr("max")) hi = static_cast<double>(n.attr_float("max", 0.0f));
+    if (!lo && !hi) return {x};
+    return {at::clamp(x, lo, hi)};
+  };
+  d.flops = flops_per_output(1);
+  return d;
+}
+
+// Where: condition ? x : y with three-way broadcasting.
+OpDef where_op() {
+  OpDef d = ops::op_def("Where", 3, 3, "condition ? x : y elementwise (numpy broadcasting)");
+  d.traits.elementwise = OpTraits::Elementwise::kBroadcast;
+  d.forward = [](const Node&, const Tensors& in, const RunContext&) -> Tensors {
+    return {at::where(as_bool(in.at(0)), in.at(1), in.at(2))};
+  };
+  d.flops = flops_per_output(1);
+  return d;
+}
+
+// Binary arithmetic, numpy broadcasting. The weight inputs cover constants such as a learned scale
+// or bias that exporters write as Add/Mul with an initializer.
+void register_arithmetic_ops(OpRegistry& reg) {
   add_binary(reg, "Add", [](const at::Tensor& a, const at::Tensor& b) { return at::add(a, b); },
              "a + b (numpy broadcasting)", {0, 1});
   add_binary(reg, "Sub", [](const at::Tensor& a, const at::Tensor& b) { return at::sub(a, b); },
@@ -114,22 +162,11 @@ void register_elementwise_ops(OpRegistry& reg) {
   add_binary(reg, "Pow",
              [](const at::Tensor& a, const at::Tensor& b) { return keep_type(at::pow(a, b), a); },
              "a ** b (numpy broadcasting; result has the type of a)");
-  {
-    OpDef d;
-    d.name = "Mod";
-    d.traits.elementwise = OpTraits::Elementwise::kBroadcast;
-    d.inputs_min = d.inputs_max = 2;
-    d.attrs = {spec_int("fmod")};
-    d.forward = [](const Node& n, const Tensors& in, const RunContext&) -> Tensors {
-      if (n.attr_int("fmod", 0) != 0) return {at::fmod(in.at(0), in.at(1))};
-      return {at::remainder(in.at(0), in.at(1))};
-    };
-    d.flops = flops_per_output(1);
-    d.doc = "a mod b: sign of the divisor, or C fmod (sign of the dividend) when fmod=1";
-    reg.add(std::move(d));
-  }
+  reg.add(mod_op());
+}
 
-  // Comparisons and logic: bool outputs.
+// Comparisons and logic: bool outputs.
+void register_comparison_ops(OpRegistry& reg) {
   add_binary(reg, "Equal", [](const at::Tensor& a, const at::Tensor& b) { return at::eq(a, b); },
              "a == b elementwise (bool)");
   add_binary(reg, "Less", [](const at::Tensor& a, const at::Tensor& b) { return at::lt(a, b); },
@@ -151,7 +188,9 @@ void register_elementwise_ops(OpRegistry& reg) {
   add_binary(reg, "Xor",
              [](const at::Tensor& a, const at::Tensor& b) { return at::logical_xor(a, b); },
              "logical a xor b (bool)");
+}
 
+void register_variadic_ops(OpRegistry& reg) {
   add_variadic(reg, "Sum", [](const at::Tensor& a, const at::Tensor& b) { return at::add(a, b); },
                false, "elementwise sum of all inputs (numpy broadcasting)");
   add_variadic(reg, "Mean", [](const at::Tensor& a, const at::Tensor& b) { return at::add(a, b); },
@@ -162,8 +201,10 @@ void register_elementwise_ops(OpRegistry& reg) {
   add_variadic(reg, "Min",
                [](const at::Tensor& a, const at::Tensor& b) { return at::minimum(a, b); }, false,
                "elementwise minimum of all inputs (numpy broadcasting)");
+}
 
-  // Unary math and activations.
+// Unary math and activations.
+void register_unary_ops(OpRegistry& reg) {
   add_unary(reg, "Identity", [](const Node&, const at::Tensor& x) { return x; }, "y = x", {}, 0);
   add_unary(reg, "Neg", [](const Node&, const at::Tensor& x) { return at::neg(x); }, "-x");
   add_unary(reg, "Abs", [](const Node&, const at::Tensor& x) { return at::abs(x); }, "|x|");
@@ -214,62 +255,18 @@ void register_elementwise_ops(OpRegistry& reg) {
             "x * max(0, min(1, x / 6 + 0.5))");
   add_unary(reg, "Softplus", [](const Node&, const at::Tensor& x) { return at::softplus(x); },
             "ln(1 + e ** x)");
+  reg.add(cast_op());
+  reg.add(clip_op());
+}
 
-  // Cast: `to` is an ONNX TensorProto.DataType number.
-  {
-    OpDef d;
-    d.name = "Cast";
-    d.traits.elementwise = OpTraits::Elementwise::kUnary;
-    d.attrs = {{"to", AttrKind::kInt, true}, spec_int("saturate")};
-    d.forward = [](const Node& n, const Tensors& in, const RunContext&) -> Tensors {
-      const int64_t to = n.attr_int("to", -1);
-      auto type = scalar_type_from_onnx(static_cast<int>(to));
-      PARE_CHECK(type.has_value(), n.describe(), ": Cast 'to' must be an ONNX data type pare "
-                 "handles (float, double, float16, bfloat16, int8/16/32/64, uint8, bool), got ", to);
-      const at::Tensor& x = in.at(0);
-      return {x.scalar_type() == *type ? x : x.to(*type)};
-    };
-    d.flops = flops_per_output(0);
-    d.doc = "converts to the element type `to` (ONNX data type number)";
-    reg.add(std::move(d));
-  }
+}  // namespace
 
-  // Clip: min and max are optional inputs since opset 11; attributes in older models.
-  {
-    OpDef d;
-    d.name = "Clip";
-    d.traits.elementwise = OpTraits::Elementwise::kUnary;
-    d.inputs_max = 3;
-    d.attrs = {spec_float("max"), spec_float("min")};
-    d.forward = [](const Node& n, const Tensors& in, const RunContext&) -> Tensors {
-      const at::Tensor& x = in.at(0);
-      c10::optional<at::Scalar> lo, hi;
-      if (has_input(in, 1)) lo = in[1].item();
-      else if (n.has_attr("min")) lo = static_cast<double>(n.attr_float("min", 0.0f));
-      if (has_input(in, 2)) hi = in[2].item();
-      else if (n.has_attr("max")) hi = static_cast<double>(n.attr_float("max", 0.0f));
-      if (!lo && !hi) return {x};
-      return {at::clamp(x, lo, hi)};
-    };
-    d.flops = flops_per_output(1);
-    d.doc = "clamps x to [min, max] (optional inputs; attributes before opset 11)";
-    reg.add(std::move(d));
-  }
-
-  // Where: condition ? x : y with three-way broadcasting.
-  {
-    OpDef d;
-    d.name = "Where";
-    d.traits.elementwise = OpTraits::Elementwise::kBroadcast;
-    d.inputs_min = d.inputs_max = 3;
-    d.forward = [](const Node&, const Tensors& in, const RunContext&) -> Tensors {
-      return {at::where(as_bool(in.at(0)), in.at(1), in.at(2))};
-    };
-    d.flops = flops_per_output(1);
-    d.doc = "condition ? x : y elementwise (numpy broadcasting)";
-    reg.add(std::move(d));
-  }
-
+void register_elementwise_ops(OpRegistry& reg) {
+  register_arithmetic_ops(reg);
+  register_comparison_ops(reg);
+  register_variadic_ops(reg);
+  register_unary_ops(reg);
+  reg.add(where_op());
   add_softmax(reg, "Softmax", false);
   add_softmax(reg, "LogSoftmax", true);
 }

@@ -70,6 +70,17 @@ int64_t conv_flops(const Node&, const Sizes& in, const Sizes& out) {
   return 2 * numel(out[0]) * numel(per_out);
 }
 
+OpDef conv_op() {
+  OpDef d = ops::op_def("Conv", 2, 3,
+                        "N-d convolution (1 to 3 spatial dims) with groups, dilations, strides and pads");
+  d.attrs = {spec_string("auto_pad"), spec_ints("dilations"), spec_int("group"),
+             spec_ints("kernel_shape"), spec_ints("pads"), spec_ints("strides")};
+  d.forward = conv_forward;
+  d.flops = conv_flops;
+  d.weight_inputs = {1, 2};
+  return d;
+}
+
 Tensors conv_transpose_forward(const Node& n, const Tensors& in, const RunContext&) {
   const at::Tensor& x = in.at(0);
   const at::Tensor& w = in.at(1);
@@ -135,6 +146,18 @@ int64_t conv_transpose_flops(const Node&, const Sizes& in, const Sizes&) {
   return 2 * numel(in[0]) * numel(per_in);
 }
 
+OpDef conv_transpose_op() {
+  OpDef d = ops::op_def("ConvTranspose", 2, 3,
+                        "transposed convolution (W is [C, M/group, k...]) with output_padding/output_shape");
+  d.attrs = {spec_string("auto_pad"), spec_ints("dilations"), spec_int("group"),
+             spec_ints("kernel_shape"), spec_ints("output_padding"), spec_ints("output_shape"),
+             spec_ints("pads"), spec_ints("strides")};
+  d.forward = conv_transpose_forward;
+  d.flops = conv_transpose_flops;
+  d.weight_inputs = {1, 2};
+  return d;
+}
+
 // ---- Gemm / MatMul -------------------------------------------------------------------------
 
 Tensors gemm_forward(const Node& n, const Tensors& in, const RunContext&) {
@@ -164,6 +187,27 @@ int64_t matmul_flops(const Node&, const Sizes& in, const Sizes& out) {
   return 2 * numel(out[0]) * in[0].back();
 }
 
+OpDef gemm_op() {
+  OpDef d = ops::op_def("Gemm", 2, 3,
+                        "alpha * A' @ B' + beta * C, A' = transA ? A^T : A (C optional, broadcast)");
+  d.attrs = {spec_float("alpha"), spec_float("beta"), spec_int("transA"), spec_int("transB")};
+  d.forward = gemm_forward;
+  d.flops = gemm_flops;
+  d.weight_inputs = {1, 2};
+  return d;
+}
+
+OpDef matmul_op() {
+  OpDef d = ops::op_def("MatMul", 2, 2,
+                        "numpy matmul: batched, with 1-D operands promoted and broadcast batch dims");
+  d.forward = [](const Node&, const Tensors& in, const RunContext&) -> Tensors {
+    return {at::matmul(in.at(0), in.at(1))};
+  };
+  d.flops = matmul_flops;
+  d.weight_inputs = {0, 1};
+  return d;
+}
+
 // ---- Normalisation -------------------------------------------------------------------------
 
 Tensors batch_norm_forward(const Node& n, const Tensors& in, const RunContext& ctx) {
@@ -185,7 +229,28 @@ Tensors batch_norm_forward(const Node& n, const Tensors& in, const RunContext& c
   at::Tensor running_var = ctx.training ? var : var.clone();
   at::Tensor y =
       at::batch_norm(x, scale, bias, running_mean, running_var, true, torch_momentum, eps, true);
+  if (!ctx.training) {
+    // The graph's own running_var output is ONNX's: it takes the population (biased) batch
+    // variance, as ONNX Runtime does, where libtorch takes the unbiased one.
+    std::vector<int64_t> dims = {0};
+    for (int64_t d = 2; d < x.dim(); ++d) dims.push_back(d);
+    at::NoGradGuard no_grad;
+    running_var = var * (1.0 - torch_momentum) + x.var(dims, /*unbiased=*/false) * torch_momentum;
+  }
   return fit_outputs(n, {y, running_mean, running_var});
+}
+
+OpDef batch_normalization_op() {
+  OpDef d = ops::op_def("BatchNormalization", 5, 5,
+                        "per-channel (X - mean) / sqrt(var + epsilon) * scale + B; training uses batch "
+                        "statistics and updates the running ones (ONNX momentum: weight of the old value)");
+  d.outputs_max = 3;
+  d.attrs = {spec_float("epsilon"), spec_float("momentum"), spec_int("training_mode")};
+  d.forward = batch_norm_forward;
+  d.flops = flops_per_output(2);  // scale and shift once folded
+  d.weight_inputs = {1, 2};
+  d.state_inputs = {3, 4};
+  return d;
 }
 
 Tensors layer_norm_forward(const Node& n, const Tensors& in, const RunContext&) {
@@ -204,15 +269,20 @@ Tensors layer_norm_forward(const Node& n, const Tensors& in, const RunContext&) 
   std::vector<int64_t> stat_shape(x.sizes().begin(), x.sizes().begin() + axis);
   stat_shape.resize(static_cast<size_t>(rank), 1);
 
+  // native_layer_norm's backward drops the gradients of its mean and rstd outputs: a graph that
+  // reads them under autograd takes the spelled-out path.
+  const bool stats_need_grad =
+      (wants_output(n, 1) || wants_output(n, 2)) && at::GradMode::is_enabled() && x.requires_grad();
   at::Tensor y, mean, inv_std;
-  if (scale.sizes().vec() == norm_shape && (!bias.defined() || bias.sizes().vec() == norm_shape)) {
+  if (!stats_need_grad && scale.sizes().vec() == norm_shape &&
+      (!bias.defined() || bias.sizes().vec() == norm_shape)) {
     c10::optional<at::Tensor> b;
     if (bias.defined()) b = bias;
     std::tie(y, mean, inv_std) = at::native_layer_norm(x, norm_shape, scale, b, eps);
     mean = mean.reshape(stat_shape);
     inv_std = inv_std.reshape(stat_shape);
   } else {
-    // Scale/B only broadcastable to the normalized shape: spell it out.
+    // Scale/B only broadcastable to the normalized shape, or statistics to differentiate: spell it out.
     std::vector<int64_t> dims;
     for (int64_t d = axis; d < rank; ++d) dims.push_back(d);
     mean = x.mean(dims, true);
@@ -223,6 +293,18 @@ Tensors layer_norm_forward(const Node& n, const Tensors& in, const RunContext&) 
   }
   if (upcast) y = y.to(x0.scalar_type());
   return fit_outputs(n, {y, mean, inv_std});
+}
+
+OpDef layer_normalization_op() {
+  OpDef d = ops::op_def("LayerNormalization", 2, 3,
+                        "normalizes over dims [axis, rank) then scales and shifts (opset 17); optional Mean "
+                        "and InvStdDev outputs");
+  d.outputs_max = 3;
+  d.attrs = {spec_int("axis"), spec_float("epsilon"), spec_int("stash_type")};
+  d.forward = layer_norm_forward;
+  d.flops = flops_per_input(5);  // mean, centre, variance, normalise, affine
+  d.weight_inputs = {1, 2};
+  return d;
 }
 
 // ---- Pooling -------------------------------------------------------------------------------
@@ -330,15 +412,105 @@ int64_t pool_flops(const Node& n, const Sizes&, const Sizes& out) {
   return numel(out[0]) * numel(n.attr_ints("kernel_shape"));
 }
 
+OpDef max_pool_op() {
+  OpDef d = ops::op_def("MaxPool", 1, 1,
+                        "max over sliding windows (pads count as -inf); optional flat Indices output");
+  d.traits.spatial_pool = true;
+  d.outputs_max = 2;
+  d.attrs = {spec_string("auto_pad"), spec_int("ceil_mode"), spec_ints("dilations"),
+             {"kernel_shape", AttrKind::kInts, true}, spec_ints("pads"),
+             spec_int("storage_order"), spec_ints("strides")};
+  d.forward = max_pool_forward;
+  d.flops = pool_flops;
+  return d;
+}
+
+OpDef average_pool_op() {
+  OpDef d = ops::op_def("AveragePool", 1, 1,
+                        "mean over sliding windows; pads count only with count_include_pad=1");
+  d.traits.spatial_pool = true;
+  // dilations is opset 19; declared so such models load, and refused unless all ones.
+  d.attrs = {spec_string("auto_pad"), spec_int("ceil_mode"), spec_int("count_include_pad"),
+             spec_ints("dilations"), {"kernel_shape", AttrKind::kInts, true}, spec_ints("pads"),
+             spec_ints("strides")};
+  d.forward = avg_pool_forward;
+  d.flops = pool_flops;
+  return d;
+}
+
+// GlobalAveragePool / GlobalMaxPool: one reduction over every spatial dim, kept as size 1.
+OpDef global_pool_op(const char* name, at::Tensor (*reduce)(const at::Tensor&, at::IntArrayRef),
+                     const char* doc) {
+  OpDef d = ops::op_def(name, 1, 1, doc);
+  d.traits.spatial_pool = true;
+  d.forward = [reduce](const Node& n, const Tensors& in, const RunContext&) -> Tensors {
+    const at::Tensor& x = in.at(0);
+    PARE_CHECK(x.dim() >= 3, n.describe(), ": ", n.op_type, " needs X [N, C, spatial...], got ",
+               x.sizes());
+    std::vector<int64_t> dims;
+    for (int64_t d = 2; d < x.dim(); ++d) dims.push_back(d);
+    return {reduce(x, dims)};
+  };
+  d.flops = flops_per_input(1);
+  return d;
+}
+
+// ---- Flatten, Dropout -----------------------------------------------------------------------
+
+OpDef flatten_op() {
+  OpDef d = ops::op_def("Flatten", 1, 1,
+                        "reshapes to 2-D [prod(dims[:axis]), prod(dims[axis:])] (axis default 1)");
+  d.attrs = {spec_int("axis")};
+  d.forward = [](const Node& n, const Tensors& in, const RunContext&) -> Tensors {
+    const at::Tensor& x = in.at(0);
+    int64_t axis = n.attr_int("axis", 1);
+    PARE_CHECK(axis >= -x.dim() && axis <= x.dim(), n.describe(), ": Flatten axis must be in [",
+               -x.dim(), ", ", x.dim(), "], got ", axis);
+    if (axis < 0) axis += x.dim();
+    int64_t outer = 1, inner = 1;
+    for (int64_t d = 0; d < x.dim(); ++d) (d < axis ? outer : inner) *= x.size(d);
+    return {x.reshape({outer, inner})};
+  };
+  d.flops = flops_per_output(0);
+  return d;
+}
+
+OpDef dropout_op() {
+  OpDef d = ops::op_def("Dropout", 1, 3,
+                        "zeroes elements with probability ratio and scales the rest by 1/(1-ratio) when "
+                        "training; identity otherwise");
+  d.traits.elementwise = OpTraits::Elementwise::kUnary;
+  d.outputs_max = 2;
+  d.attrs = {spec_int("seed"), spec_float("ratio")};  // ratio: attribute before opset 12
+  d.forward = [](const Node& n, const Tensors& in, const RunContext& ctx) -> Tensors {
+    const at::Tensor& x = in.at(0);
+    double ratio = n.attr_float("ratio", 0.5f);
+    if (has_input(in, 1)) ratio = in[1].item<double>();
+    PARE_CHECK(ratio >= 0.0 && ratio < 1.0, n.describe(), ": Dropout ratio must be in [0, 1), got ",
+               ratio);
+    // The graph's training_mode input, when given, decides; otherwise the run context does.
+    const bool training = has_input(in, 2) ? in[2].ne(0).item<bool>() : ctx.training;
+    if (!training || ratio == 0.0) {
+      at::Tensor mask;
+      if (wants_output(n, 1)) mask = at::ones(x.sizes(), x.options().dtype(at::kBool));
+      return fit_outputs(n, {x, mask});
+    }
+    // Randomness comes from the global generator, which --seed sets; `seed` is ignored.
+    auto [y, mask] = at::native_dropout(x, ratio, true);
+    return fit_outputs(n, {y, mask});
+  };
+  d.flops = flops_per_output(0);
+  return d;
+}
+
 // ---- Reduce* -------------------------------------------------------------------------------
 
 using ReduceFn = std::function<at::Tensor(const at::Tensor&, const std::vector<int64_t>&, bool)>;
 
-void add_reduce(OpRegistry& reg, const std::string& name, ReduceFn fn, std::string doc) {
-  OpDef d;
-  d.name = name;
+OpDef reduce_op(const std::string& name, ReduceFn fn, std::string doc) {
+  // Axes as an input (the second): ReduceSum since opset 13, all Reduce* since opset 18.
+  OpDef d = ops::op_def(name, 1, 2, std::move(doc));
   d.traits.reduction = OpTraits::Reduction::kAxes;
-  d.inputs_max = 2;  // axes as an input: ReduceSum since opset 13, all Reduce* since opset 18
   d.attrs = {spec_ints("axes"), spec_int("keepdims"), spec_int("noop_with_empty_axes")};
   d.forward = [fn](const Node& n, const Tensors& in, const RunContext&) -> Tensors {
     const at::Tensor& x = in.at(0);
@@ -355,8 +527,7 @@ void add_reduce(OpRegistry& reg, const std::string& name, ReduceFn fn, std::stri
     return {fn(x, axes, keep)};
   };
   d.flops = flops_per_input(1);
-  d.doc = std::move(doc);
-  reg.add(std::move(d));
+  return d;
 }
 
 at::Tensor reduce_mean(const at::Tensor& x, const std::vector<int64_t>& dims, bool keep) {
@@ -374,213 +545,58 @@ at::Tensor reduce_prod(const at::Tensor& x, const std::vector<int64_t>& dims, bo
   return y;
 }
 
+void register_reduce_ops(OpRegistry& reg) {
+  reg.add(reduce_op("ReduceMean", reduce_mean, "mean over `axes` (all when empty)"));
+  reg.add(reduce_op("ReduceSum", reduce_sum, "sum over `axes` (all when empty)"));
+  reg.add(reduce_op("ReduceMax",
+                    [](const at::Tensor& x, const std::vector<int64_t>& d, bool k) { return at::amax(x, d, k); },
+                    "maximum over `axes` (all when empty)"));
+  reg.add(reduce_op("ReduceMin",
+                    [](const at::Tensor& x, const std::vector<int64_t>& d, bool k) { return at::amin(x, d, k); },
+                    "minimum over `axes` (all when empty)"));
+  reg.add(reduce_op("ReduceProd", reduce_prod, "product over `axes` (all when empty)"));
+  reg.add(reduce_op("ReduceSumSquare",
+                    [](const at::Tensor& x, const std::vector<int64_t>& d, bool k) {
+                      return reduce_sum(x * x, d, k);
+                    },
+                    "sum of squares over `axes` (all when empty)"));
+  reg.add(reduce_op("ReduceL1",
+                    [](const at::Tensor& x, const std::vector<int64_t>& d, bool k) {
+                      return reduce_sum(at::abs(x), d, k);
+                    },
+                    "sum of absolute values over `axes` (all when empty)"));
+  reg.add(reduce_op("ReduceL2",
+                    [](const at::Tensor& x, const std::vector<int64_t>& d, bool k) {
+                      return at::sqrt(reduce_sum(x * x, d, k));
+                    },
+                    "Euclidean norm over `axes` (all when empty)"));
+  reg.add(reduce_op("ReduceLogSumExp",
+                    [](const at::Tensor& x, const std::vector<int64_t>& d, bool k) {
+                      return at::logsumexp(x, d, k);
+                    },
+                    "log(sum(exp(x))) over `axes` (all when empty)"));
+}
+
 }  // namespace
 
 void register_nn_ops(OpRegistry& reg) {
-  {
-    OpDef d;
-    d.name = "Conv";
-    d.inputs_min = 2;
-    d.inputs_max = 3;
-    d.attrs = {spec_string("auto_pad"), spec_ints("dilations"), spec_int("group"),
-               spec_ints("kernel_shape"), spec_ints("pads"), spec_ints("strides")};
-    d.forward = conv_forward;
-    d.flops = conv_flops;
-    d.weight_inputs = {1, 2};
-    d.doc = "N-d convolution (1 to 3 spatial dims) with groups, dilations, strides and pads";
-    reg.add(std::move(d));
-  }
-  {
-    OpDef d;
-    d.name = "ConvTranspose";
-    d.inputs_min = 2;
-    d.inputs_max = 3;
-    d.attrs = {spec_string("auto_pad"), spec_ints("dilations"), spec_int("group"),
-               spec_ints("kernel_shape"), spec_ints("output_padding"), spec_ints("output_shape"),
-               spec_ints("pads"), spec_ints("strides")};
-    d.forward = conv_transpose_forward;
-    d.flops = conv_transpose_flops;
-    d.weight_inputs = {1, 2};
-    d.doc = "transposed convolution (W is [C, M/group, k...]) with output_padding/output_shape";
-    reg.add(std::move(d));
-  }
-  {
-    OpDef d;
-    d.name = "Gemm";
-    d.inputs_min = 2;
-    d.inputs_max = 3;
-    d.attrs = {spec_float("alpha"), spec_float("beta"), spec_int("transA"), spec_int("transB")};
-    d.forward = gemm_forward;
-    d.flops = gemm_flops;
-    d.weight_inputs = {1, 2};
-    d.doc = "alpha * A' @ B' + beta * C, A' = transA ? A^T : A (C optional, broadcast)";
-    reg.add(std::move(d));
-  }
-  {
-    OpDef d;
-    d.name = "MatMul";
-    d.inputs_min = d.inputs_max = 2;
-    d.forward = [](const Node&, const Tensors& in, const RunContext&) -> Tensors {
-      return {at::matmul(in.at(0), in.at(1))};
-    };
-    d.flops = matmul_flops;
-    d.weight_inputs = {0, 1};
-    d.doc = "numpy matmul: batched, with 1-D operands promoted and broadcast batch dims";
-    reg.add(std::move(d));
-  }
-  {
-    OpDef d;
-    d.name = "BatchNormalization";
-    d.inputs_min = d.inputs_max = 5;
-    d.outputs_max = 3;
-    d.attrs = {spec_float("epsilon"), spec_float("momentum"), spec_int("training_mode")};
-    d.forward = batch_norm_forward;
-    d.flops = flops_per_output(2);  // scale and shift once folded
-    d.weight_inputs = {1, 2};
-    d.state_inputs = {3, 4};
-    d.doc = "per-channel (X - mean) / sqrt(var + epsilon) * scale + B; training uses batch "
-            "statistics and updates the running ones (ONNX momentum: weight of the old value)";
-    reg.add(std::move(d));
-  }
-  {
-    OpDef d;
-    d.name = "LayerNormalization";
-    d.inputs_min = 2;
-    d.inputs_max = 3;
-    d.outputs_max = 3;
-    d.attrs = {spec_int("axis"), spec_float("epsilon"), spec_int("stash_type")};
-    d.forward = layer_norm_forward;
-    d.flops = flops_per_input(5);  // mean, centre, variance, normalise, affine
-    d.weight_inputs = {1, 2};
-    d.doc = "normalizes over dims [axis, rank) then scales and shifts (opset 17); optional Mean "
-            "and InvStdDev outputs";
-    reg.add(std::move(d));
-  }
-  {
-    OpDef d;
-    d.name = "MaxPool";
-    d.traits.spatial_pool = true;
-    d.outputs_max = 2;
-    d.attrs = {spec_string("auto_pad"), spec_int("ceil_mode"), spec_ints("dilations"),
-               {"kernel_shape", AttrKind::kInts, true}, spec_ints("pads"),
-               spec_int("storage_order"), spec_ints("strides")};
-    d.forward = max_pool_forward;
-    d.flops = pool_flops;
-    d.doc = "max over sliding windows (pads count as -inf); optional flat Indices output";
-    reg.add(std::move(d));
-  }
-  {
-    OpDef d;
-    d.name = "AveragePool";
-    d.traits.spatial_pool = true;
-    // dilations is opset 19; declared so such models load, and refused unless all ones.
-    d.attrs = {spec_string("auto_pad"), spec_int("ceil_mode"), spec_int("count_include_pad"),
-               spec_ints("dilations"), {"kernel_shape", AttrKind::kInts, true}, spec_ints("pads"),
-               spec_ints("strides")};
-    d.forward = avg_pool_forward;
-    d.flops = pool_flops;
-    d.doc = "mean over sliding windows; pads count only with count_include_pad=1";
-    reg.add(std::move(d));
-  }
-  // GlobalAveragePool / GlobalMaxPool: one reduction over every spatial dim, kept as size 1.
-  auto global_pool = [&reg](const char* name, at::Tensor (*reduce)(const at::Tensor&, at::IntArrayRef),
-                            const char* doc) {
-    OpDef d;
-    d.name = name;
-    d.traits.spatial_pool = true;
-    d.forward = [reduce](const Node& n, const Tensors& in, const RunContext&) -> Tensors {
-      const at::Tensor& x = in.at(0);
-      PARE_CHECK(x.dim() >= 3, n.describe(), ": ", n.op_type, " needs X [N, C, spatial...], got ",
-                 x.sizes());
-      std::vector<int64_t> dims;
-      for (int64_t d = 2; d < x.dim(); ++d) dims.push_back(d);
-      return {reduce(x, dims)};
-    };
-    d.flops = flops_per_input(1);
-    d.doc = doc;
-    reg.add(std::move(d));
-  };
-  global_pool("GlobalAveragePool", [](const at::Tensor& x, at::IntArrayRef dims) { return x.mean(dims, true); },
-              "mean over all spatial dims, keeping them as size 1");
-  global_pool("GlobalMaxPool", [](const at::Tensor& x, at::IntArrayRef dims) { return at::amax(x, dims, true); },
-              "max over all spatial dims, keeping them as size 1");
-  {
-    OpDef d;
-    d.name = "Flatten";
-    d.attrs = {spec_int("axis")};
-    d.forward = [](const Node& n, const Tensors& in, const RunContext&) -> Tensors {
-      const at::Tensor& x = in.at(0);
-      int64_t axis = n.attr_int("axis", 1);
-      PARE_CHECK(axis >= -x.dim() && axis <= x.dim(), n.describe(), ": Flatten axis must be in [",
-                 -x.dim(), ", ", x.dim(), "], got ", axis);
-      if (axis < 0) axis += x.dim();
-      int64_t outer = 1, inner = 1;
-      for (int64_t d = 0; d < x.dim(); ++d) (d < axis ? outer : inner) *= x.size(d);
-      return {x.reshape({outer, inner})};
-    };
-    d.flops = flops_per_output(0);
-    d.doc = "reshapes to 2-D [prod(dims[:axis]), prod(dims[axis:])] (axis default 1)";
-    reg.add(std::move(d));
-  }
-  {
-    OpDef d;
-    d.name = "Dropout";
-    d.traits.elementwise = OpTraits::Elementwise::kUnary;
-    d.inputs_max = 3;
-    d.outputs_max = 2;
-    d.attrs = {spec_int("seed"), spec_float("ratio")};  // ratio: attribute before opset 12
-    d.forward = [](const Node& n, const Tensors& in, const RunContext& ctx) -> Tensors {
-      const at::Tensor& x = in.at(0);
-      double ratio = n.attr_float("ratio", 0.5f);
-      if (has_input(in, 1)) ratio = in[1].item<double>();
-      PARE_CHECK(ratio >= 0.0 && ratio < 1.0, n.describe(), ": Dropout ratio must be in [0, 1), got ",
-                 ratio);
-      // The graph's training_mode input, when given, decides; otherwise the run context does.
-      const bool training = has_input(in, 2) ? in[2].ne(0).item<bool>() : ctx.training;
-      if (!training || ratio == 0.0) {
-        at::Tensor mask;
-        if (wants_output(n, 1)) mask = at::ones(x.sizes(), x.options().dtype(at::kBool));
-        return fit_outputs(n, {x, mask});
-      }
-      // Randomness comes from the global generator, which --seed sets; `seed` is ignored.
-      auto [y, mask] = at::native_dropout(x, ratio, true);
-      return fit_outputs(n, {y, mask});
-    };
-    d.flops = flops_per_output(0);
-    d.doc = "zeroes elements with probability ratio and scales the rest by 1/(1-ratio) when "
-            "training; identity otherwise";
-    reg.add(std::move(d));
-  }
-
-  add_reduce(reg, "ReduceMean", reduce_mean, "mean over `axes` (all when empty)");
-  add_reduce(reg, "ReduceSum", reduce_sum, "sum over `axes` (all when empty)");
-  add_reduce(reg, "ReduceMax",
-             [](const at::Tensor& x, const std::vector<int64_t>& d, bool k) { return at::amax(x, d, k); },
-             "maximum over `axes` (all when empty)");
-  add_reduce(reg, "ReduceMin",
-             [](const at::Tensor& x, const std::vector<int64_t>& d, bool k) { return at::amin(x, d, k); },
-             "minimum over `axes` (all when empty)");
-  add_reduce(reg, "ReduceProd", reduce_prod, "product over `axes` (all when empty)");
-  add_reduce(reg, "ReduceSumSquare",
-             [](const at::Tensor& x, const std::vector<int64_t>& d, bool k) {
-               return reduce_sum(x * x, d, k);
-             },
-             "sum of squares over `axes` (all when empty)");
-  add_reduce(reg, "ReduceL1",
-             [](const at::Tensor& x, const std::vector<int64_t>& d, bool k) {
-               return reduce_sum(at::abs(x), d, k);
-             },
-             "sum of absolute values over `axes` (all when empty)");
-  add_reduce(reg, "ReduceL2",
-             [](const at::Tensor& x, const std::vector<int64_t>& d, bool k) {
-               return at::sqrt(reduce_sum(x * x, d, k));
-             },
-             "Euclidean norm over `axes` (all when empty)");
-  add_reduce(reg, "ReduceLogSumExp",
-             [](const at::Tensor& x, const std::vector<int64_t>& d, bool k) {
-               return at::logsumexp(x, d, k);
-             },
-             "log(sum(exp(x))) over `axes` (all when empty)");
+  reg.add(conv_op());
+  reg.add(conv_transpose_op());
+  reg.add(gemm_op());
+  reg.add(matmul_op());
+  reg.add(batch_normalization_op());
+  reg.add(layer_normalization_op());
+  reg.add(max_pool_op());
+  reg.add(average_pool_op());
+  reg.add(global_pool_op("GlobalAveragePool",
+                         [](const at::Tensor& x, at::IntArrayRef dims) { return x.mean(dims, true); },
+                         "mean over all spatial dims, keeping them as size 1"));
+  reg.add(global_pool_op("GlobalMaxPool",
+                         [](const at::Tensor& x, at::IntArrayRef dims) { return at::amax(x, dims, true); },
+                         "max over all spatial dims, keeping them as size 1"));
+  reg.add(flatten_op());
+  reg.add(dropout_op());
+  register_reduce_ops(reg);
 }
 
 }  // namespace pare::core

@@ -23,6 +23,17 @@ inline AttrSpec spec_ints(std::string n) { return {std::move(n), AttrKind::kInts
 inline AttrSpec spec_floats(std::string n) { return {std::move(n), AttrKind::kFloats, false}; }
 inline AttrSpec spec_strings(std::string n) { return {std::move(n), AttrKind::kStrings, false}; }
 
+/// An op named `name` taking `inputs_min` to `inputs_max` inputs (-1: any number), with its one-line
+/// doc; the caller adds attributes, forward, FLOPs and traits.
+inline OpDef op_def(std::string name, int inputs_min, int inputs_max, std::string doc) {
+  OpDef d;
+  d.name = std::move(name);
+  d.inputs_min = inputs_min;
+  d.inputs_max = inputs_max;
+  d.doc = std::move(doc);
+  return d;
+}
+
 /// True when input `i` was given (an omitted optional input is undefined or missing).
 inline bool has_input(const std::vector<at::Tensor>& in, size_t i) {
   return i < in.size() && in[i].defined();

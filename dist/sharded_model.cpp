@@ -1,0 +1,132 @@
+// ShardedModel: runs this rank's tensor-parallel shard or pipeline stage together with the other
+// ranks of its process group.
+#include <algorithm>
+
+#include "core/error.h"
+#include "core/module.h"
+#include "dist/shard.h"
+#include "dist/shard_internal.h"
+
+namespace pare::dist {
+namespace {
+
+using core::Graph;
+using core::Node;
+using detail::recv_tensor;
+using detail::send_tensor;
+
+constexpr int kTagInput = 1, kTagBoundary = 2, kTagOutput = 3;
+
+}  // namespace
+
+struct ShardedModel::Impl {
+  TeacherParallel mode;
+  std::shared_ptr<ProcessGroup> pg;
+  Shard shard;
+  std::unique_ptr<core::Module> module;
+  std::vector<std::string> stage_inputs;
+
+  at::Tensor forward_tp(const at::Tensor& x) {
+    // All ranks run the shard on every rank's rows; batches may differ in size.
+    const int ranks = pg->size();
+    auto sizes = pg->all_gather(at::tensor({x.size(0)}, at::kLong));
+    int64_t most = 0, offset = 0, total = 0;
+    for (int r = 0; r < ranks; ++r) {
+      const int64_t s = sizes[r].item<int64_t>();
+      most = std::max(most, s);
+      if (r < pg->rank()) offset += s;
+      total += s;
+    }
+    at::Tensor padded = x.contiguous();
+    if (x.size(0) < most) {
+      std::vector<int64_t> pad = x.sizes().vec();
+      pad[0] = most - x.size(0);
+      padded = at::cat({padded, at::zeros(pad, x.options())});
+    }
+    auto parts = pg->all_gather(padded);
+    std::vector<at::Tensor> rows;
+    for (int r = 0; r < ranks; ++r) rows.push_back(parts[r].narrow(0, 0, sizes[r].item<int64_t>()));
+    at::Tensor all = at::cat(rows);
+    at::Tensor y = module->forward({all})[0];
+    PARE_CHECK(y.dim() >= 1 && y.size(0) == total, "the sharded model's output has ", y.sizes(),
+               " rows for ", total, " inputs");
+    return y.narrow(0, offset, x.size(0)).clone();
+  }
+
+  at::Tensor forward_pp(const at::Tensor& x) {
+    const int ranks = pg->size(), me = pg->rank(), last = ranks - 1;
+    // Every rank learns every micro-batch's size, so that all of them skip the empty ones.
+    auto sizes = pg->all_gather(at::tensor({x.size(0)}, at::kLong));
+    auto rows = [&](int m) { return sizes[m].item<int64_t>(); };
+    std::vector<at::Tensor> keep;
+    if (me != 0 && rows(me) > 0) send_tensor(*pg, x, 0, kTagInput, keep);
+    at::Tensor mine;
+    for (int m = 0; m < ranks; ++m) {  // micro-batch m is rank m's batch
+      if (rows(m) == 0) continue;
+      std::vector<at::Tensor> in;
+      if (me == 0) {
+        in.push_back(m == 0 ? x : recv_tensor(*pg, m, kTagInput));
+      } else {
+        for (size_t i = 0; i < stage_inputs.size(); ++i) in.push_back(recv_tensor(*pg, me - 1, kTagBoundary));
+      }
+      auto out = module->forward(in);
+      if (me != last) {
+        for (auto& t : out) send_tensor(*pg, t, me + 1, kTagBoundary, keep);
+      } else if (m == me) {
+        mine = out[0];
+      } else {
+        send_tensor(*pg, out[0], m, kTagOutput, keep);
+      }
+    }
+    if (rows(me) == 0) {
+      std::vector<int64_t> empty = shard.output_sizes;
+      empty[0] = 0;
+      mine = at::empty(empty);
+    } else if (me != last) {
+      mine = recv_tensor(*pg, last, kTagOutput);
+    }
+    pg->wait();
+    return mine;
+  }
+};
+
+ShardedModel::ShardedModel(const Graph& g, TeacherParallel mode, std::shared_ptr<ProcessGroup> pg,
+                           int64_t max_stage_bytes)
+    : impl_(std::make_unique<Impl>()) {
+  PARE_CHECK(mode == TeacherParallel::kTensor || mode == TeacherParallel::kPipeline,
+             "a sharded model runs tensor or pipeline parallel, not '", teacher_parallel_name(mode), "'");
+  PARE_ASSERT(pg != nullptr, "a sharded model needs a process group");
+  impl_->mode = mode;
+  impl_->pg = pg;
+  impl_->shard = mode == TeacherParallel::kTensor ? shard_tensor_parallel(g, pg->rank(), pg->size())
+                                                  : pipeline_stage(g, pg->rank(), pg->size(), max_stage_bytes);
+  for (auto& in : impl_->shard.graph.inputs) impl_->stage_inputs.push_back(in.name);
+  PARE_CHECK(!impl_->shard.output_sizes.empty(), "model '", g.name, "': its first output has no batch dimension");
+  impl_->module = std::make_unique<core::Module>(impl_->shard.graph, core::Module::Use::kFrozen);
+  impl_->module->eval();
+  // As GraphTeacher: libtorch's CPU convolutions are much faster channels-last.
+  impl_->module->set_memory_format(at::MemoryFormat::ChannelsLast);
+  ProcessGroup* group = pg.get();
+  impl_->module->set_collective([group](const Node& n, const at::Tensor& t) -> at::Tensor {
+    if (n.op_type == "AllReduce") {
+      at::Tensor r = t.contiguous().clone();
+      group->all_reduce(r);
+      return r;
+    }
+    auto parts = group->all_gather(t.contiguous());
+    return at::cat(parts, n.attr_int("axis", 0));
+  });
+}
+
+ShardedModel::~ShardedModel() = default;
+
+at::Tensor ShardedModel::forward(const at::Tensor& x) {
+  at::NoGradGuard no_grad;
+  return impl_->mode == TeacherParallel::kTensor ? impl_->forward_tp(x) : impl_->forward_pp(x);
+}
+
+const ShardReport& ShardedModel::report() const { return impl_->shard.report; }
+const Graph& ShardedModel::shard() const { return impl_->shard.graph; }
+const std::vector<int64_t>& ShardedModel::output_sizes() const { return impl_->shard.output_sizes; }
+
+}  // namespace pare::dist
