@@ -57,9 +57,8 @@ void recover(PruneCli& o, core::Module& student, const distill::TrainerOptions& 
   distill::fine_tune(student, source, topts, train, val, configure);
 }
 
-void run_prune(PruneCli& o) {
-  TrainingRun& run = o.run;
-  set_threads(run.threads);
+// The combinations of flags a prune run refuses before loading anything.
+void check_flags(const PruneCli& o) {
   PARE_CHECK(o.method == "magnitude" || o.method == "nm" || o.method == "channel",
              "--method must be magnitude, nm or channel, got '", o.method, "'");
   PARE_CHECK(o.schedule == "oneshot" || o.schedule == "iterative" || o.schedule == "gradual",
@@ -67,7 +66,7 @@ void run_prune(PruneCli& o) {
   PARE_CHECK(std::isfinite(o.sparsity) && o.sparsity >= 0 && o.sparsity <= 1,
              "--sparsity must lie in [0, 1] (0.9 = 90% of the weights removed), got ", o.sparsity);
   PARE_CHECK(!o.out.empty() || o.analyze, "--out FILE is required (unless --analyze)");
-  const int64_t epochs = run.trainer.epochs_;
+  const int64_t epochs = o.run.trainer.epochs_;
   PARE_CHECK(epochs >= 0, "--epochs must be >= 0, got ", epochs);
   PARE_CHECK(o.schedule == "oneshot" || epochs > 0, "--schedule ", o.schedule,
              " prunes during training: give --epochs N (N >= 1)");
@@ -75,164 +74,177 @@ void run_prune(PruneCli& o) {
              " prunes once: use --schedule oneshot (with --epochs N to recover)");
   PARE_CHECK(o.teachers.empty() || epochs > 0, "--teacher distils during recovery training: give --epochs N (N >= 1)");
   PARE_CHECK(o.prune_end > 0 && o.prune_end <= 1, "--prune-end must lie in (0, 1], got ", o.prune_end);
-  const bool data = !run.data.empty();
+  const bool data = !o.run.data.empty();
   PARE_CHECK(data || epochs == 0, "--epochs ", epochs, " trains after pruning: give --data");
   PARE_CHECK(data || !o.analyze, "--analyze scores each pruned variant: give --data");
   PARE_CHECK(data || o.importance != "taylor", "--importance taylor needs gradients: give --data");
-  prune::MaskOptions mopts = prune::MaskOptions()
-                                 .method(o.method == "nm" ? prune::MaskMethod::kNM : prune::MaskMethod::kMagnitude)
-                                 .sparsity(o.sparsity)
-                                 .global(o.global)
-                                 .n(o.n)
-                                 .m(o.m);
-  mopts.validate();
-  const prune::Importance importance = prune::parse_importance(o.importance);
+}
 
-  core::Graph g = core::load_model(o.model, run.trainer.seed_);
-  std::vector<prune::WeightTarget> targets;
-  if (o.method != "channel") {
-    targets = prune::find_targets(g, o.exclude);
-    PARE_CHECK(!targets.empty(), "model '", o.model, "' has no prunable weights left (Conv, Gemm or MatMul with a weight initializer)");
-  }
-  distill::TrainerOptions topts = run.trainer;
-  topts.progress(!run.quiet);
-  if (epochs > 0) topts.validate();
+// What one prune run works on, and what it measured along the way.
+struct PruneJob {
+  core::Graph model;
   core::TensorDataset train, val;
-  const core::TensorDataset* val_ptr = data ? run.load_data(train, val, g, topts) : nullptr;
-  const int64_t eval_bs = topts.eval_batch_size_;
-  const core::ModelSummary before = core::summarize(g);
-  const double acc_before = accuracy(g, val_ptr, eval_bs);
-  if (!run.quiet && val_ptr)
-    std::fprintf(stderr, "%s: %lld parameters, %s accuracy %.2f%%\n", o.model.c_str(), (long long)before.params,
-                 run.val_split.c_str(), acc_before * 100);
-
-  if (o.analyze) {
-    PARE_CHECK(val_ptr != nullptr, "--analyze evaluates each pruned variant: drop --no-val");
-    auto rows = prune::sensitivity_scan(
-        g,
-        prune::ScanOptions().ratios(o.ratios).channels(o.method == "channel").importance(importance).exclude(o.exclude),
-        [&](const core::Graph& p) { return accuracy(p, val_ptr, eval_bs); });
-    std::cout << prune::to_text(rows, run.val_split + " accuracy");
-    if (!o.analyze_json.empty()) {
-      nlohmann::json j = {{"model", o.model},
-                          {"method", o.method},
-                          {"baseline", acc_before},
-                          {"rows", prune::to_json(rows)}};
-      write_file_atomic(o.analyze_json, j.dump(2) + "\n");
-    }
-    if (o.out.empty()) return;
-  }
-
-  core::Graph pruned;
-  std::string detail;
-  double acc_pruned = -1;  // right after a one-shot prune, before recovery training
+  const core::TensorDataset* val_ptr = nullptr;
+  distill::TrainerOptions topts;
+  prune::MaskOptions masks;  // magnitude / nm
+  int64_t epochs = 0;
+  double acc_pruned = -1;                          // right after a one-shot prune, before recovery
   nlohmann::json curve = nlohmann::json::array();  // per epoch: sparsity and validation accuracy
-  if (o.method == "channel") {
-    prune::TaylorScores taylor;
-    prune::ChannelOptions copts = prune::ChannelOptions().sparsity(o.sparsity).importance(importance).exclude(o.exclude);
-    if (importance == prune::Importance::kTaylor) {
-      PARE_CHECK(o.taylor_batches >= 1, "--taylor-batches must be at least 1, got ", o.taylor_batches);
-      core::Module m(g);
-      m.train();
-      int64_t b = 0;
-      const int64_t bs = std::min<int64_t>(topts.batch_size_, train.size());
-      taylor = prune::taylor_scores(m, [&] {
-        const int64_t start = (b++ * bs) % std::max<int64_t>(1, train.size() - bs + 1);
-        at::Tensor logits = m.forward({train.x.narrow(0, start, bs)}).at(0);
-        return at::cross_entropy_loss(logits, train.y.narrow(0, start, bs));
-      }, o.taylor_batches);
-      copts.taylor(&taylor);
-    }
-    prune::ChannelPruneResult res = prune::prune_channels(g, copts);
-    if (!run.quiet) std::fprintf(stderr, "channel groups:\n%s", res.report().c_str());
-    if (epochs > 0) acc_pruned = accuracy(res.graph, val_ptr, eval_bs);
-    core::Module student(res.graph);
-    if (epochs > 0) recover(o, student, topts, train, val_ptr, nullptr);
-    pruned = student.to_graph();
-    detail = "channel " + std::to_string(o.sparsity) + " " + prune::importance_name(importance);
-  } else {
-    core::Module student(g);
-    prune::SparsitySchedule sched = prune::SparsitySchedule::one_shot(o.sparsity);
-    if (o.schedule != "oneshot") {
-      const int64_t batches = (train.size() + topts.batch_size_ - 1) / topts.batch_size_;
-      int64_t total = (batches + topts.accumulate_ - 1) / topts.accumulate_ * epochs;
-      if (topts.max_steps_ > 0) total = std::min(total, topts.max_steps_);
-      const int64_t end = std::max<int64_t>(1, static_cast<int64_t>(o.prune_end * total));
-      if (o.schedule == "gradual") {
-        const int64_t dt = o.prune_every > 0 ? o.prune_every : std::max<int64_t>(1, end / 20);
-        sched = prune::SparsitySchedule::gradual(o.sparsity, 0.0, 0, std::max<int64_t>(1, end / dt), dt);
-      } else {
-        sched = prune::SparsitySchedule::iterative(o.sparsity, o.iterations, 0, end);
-      }
-    }
-    prune::MaskedPruning pruning(student, targets, mopts, sched);
-    pruning.start();
-    if (epochs > 0 && o.schedule == "oneshot") acc_pruned = accuracy(student.to_graph(), val_ptr, eval_bs);
-    if (!run.quiet) {
-      std::fprintf(stderr, "pruning %zu layers (%s%s): %s\n", targets.size(), o.method.c_str(),
-                   o.method == "nm" ? (" " + std::to_string(o.n) + ":" + std::to_string(o.m)).c_str()
-                                    : (o.global ? ", global" : ", per layer"),
-                   sched.describe().c_str());
-      for (auto& s : pruning.skipped())
-        std::fprintf(stderr, "  %s left dense: its input dimension is not a multiple of %lld\n", s.c_str(), (long long)o.m);
-    }
-    if (epochs > 0)
-      recover(o, student, topts, train, val_ptr, [&](distill::Trainer& t) {
-        if (topts.resume_ && file_exists(topts.checkpoint_)) pruning.resume_from_weights();
-        t.on_after_backward([&pruning] { pruning.before_step(); });
-        t.on_step([&pruning](int64_t step, double) { pruning.after_step(step); });
-        t.on_epoch([&](const distill::EpochStats& es) {
-          const double s = prune::measure_sparsity(prune::lookup_in(student), targets).sparsity();
-          curve.push_back({{"epoch", es.epoch}, {"sparsity", s}, {"val_accuracy", es.val_accuracy}});
-          if (!run.quiet) std::fprintf(stderr, "  sparsity after epoch %lld: %.2f%%\n", (long long)es.epoch, s * 100);
-        });
-      });
-    pruned = student.to_graph();
-    detail = o.method == "nm" ? "nm " + std::to_string(o.n) + ":" + std::to_string(o.m)
-                              : "magnitude " + std::string(o.global ? "global " : "") + std::to_string(o.sparsity);
-  }
-  pruned.metadata["pare.pruned"] = detail;
-  const core::ModelSummary after = core::summarize(pruned);
-  const double acc_after = accuracy(pruned, val_ptr, eval_bs);
-  if (!o.out.empty()) core::save_onnx(pruned, o.out);
+  double accuracy(const core::Graph& g) const { return cli::accuracy(g, val_ptr, topts.eval_batch_size_); }
+};
 
+// --analyze: the accuracy of each pruned variant, as a table (and JSON).
+void analyze(const PruneCli& o, const PruneJob& job, prune::Importance importance, double baseline) {
+  PARE_CHECK(job.val_ptr != nullptr, "--analyze evaluates each pruned variant: drop --no-val");
+  auto rows = prune::sensitivity_scan(
+      job.model,
+      prune::ScanOptions().ratios(o.ratios).channels(o.method == "channel").importance(importance).exclude(o.exclude),
+      [&](const core::Graph& p) { return job.accuracy(p); });
+  std::cout << prune::to_text(rows, o.run.val_split + " accuracy");
+  if (o.analyze_json.empty()) return;
+  nlohmann::json j = {{"model", o.model}, {"method", o.method}, {"baseline", baseline}, {"rows", prune::to_json(rows)}};
+  write_file_atomic(o.analyze_json, j.dump(2) + "\n");
+}
+
+// --method channel: removes channels once, then recovers.
+core::Graph prune_channels(PruneCli& o, PruneJob& job, prune::Importance importance) {
+  prune::TaylorScores taylor;
+  prune::ChannelOptions copts = prune::ChannelOptions().sparsity(o.sparsity).importance(importance).exclude(o.exclude);
+  if (importance == prune::Importance::kTaylor) {
+    core::Module m(job.model);
+    taylor = prune::taylor_scores(m, job.train, job.topts.batch_size_, o.taylor_batches);
+    copts.taylor(&taylor);
+  }
+  prune::ChannelPruneResult res = prune::prune_channels(job.model, copts);
+  if (!o.run.quiet) std::fprintf(stderr, "channel groups:\n%s", res.report().c_str());
+  if (job.epochs == 0) return res.graph;
+  job.acc_pruned = job.accuracy(res.graph);
+  core::Module student(res.graph);
+  recover(o, student, job.topts, job.train, job.val_ptr, nullptr);
+  return student.to_graph();
+}
+
+// --method magnitude / nm: masks that follow the schedule while recovery trains.
+core::Graph prune_weights(PruneCli& o, PruneJob& job, const std::vector<prune::WeightTarget>& targets) {
+  const auto& topts = job.topts;
+  const int64_t batches = (job.train.size() + topts.batch_size_ - 1) / topts.batch_size_;
+  int64_t total = (batches + topts.accumulate_ - 1) / topts.accumulate_ * job.epochs;
+  if (topts.max_steps_ > 0) total = std::min(total, topts.max_steps_);
+  core::Module student(job.model);
+  prune::MaskedPruning pruning(student, targets, job.masks,
+                               prune::SparsitySchedule::over_training(o.schedule, o.sparsity, total, o.prune_end,
+                                                                      o.prune_every, o.iterations));
+  pruning.start();
+  if (job.epochs > 0 && o.schedule == "oneshot") job.acc_pruned = job.accuracy(student.to_graph());
+  if (!o.run.quiet) {
+    std::fprintf(stderr, "pruning %zu layers (%s%s): %s\n", targets.size(), o.method.c_str(),
+                 o.method == "nm" ? (" " + std::to_string(o.n) + ":" + std::to_string(o.m)).c_str()
+                                  : (o.global ? ", global" : ", per layer"),
+                 pruning.schedule().describe().c_str());
+    for (auto& s : pruning.skipped())
+      std::fprintf(stderr, "  %s left dense: its input dimension is not a multiple of %lld\n", s.c_str(), (long long)o.m);
+  }
+  if (job.epochs > 0)
+    recover(o, student, topts, job.train, job.val_ptr, [&](distill::Trainer& t) {
+      if (topts.resume_ && file_exists(topts.checkpoint_)) pruning.resume_from_weights();
+      t.on_after_backward([&pruning] { pruning.before_step(); });
+      t.on_step([&pruning](int64_t step, double) { pruning.after_step(step); });
+      t.on_epoch([&](const distill::EpochStats& es) {
+        const double s = prune::measure_sparsity(prune::lookup_in(student), targets).sparsity();
+        job.curve.push_back({{"epoch", es.epoch}, {"sparsity", s}, {"val_accuracy", es.val_accuracy}});
+        if (!o.run.quiet) std::fprintf(stderr, "  sparsity after epoch %lld: %.2f%%\n", (long long)es.epoch, s * 100);
+      });
+    });
+  return student.to_graph();
+}
+
+// The weight shapes that channel pruning changed, layer by layer.
+void print_shape_changes(const core::ModelSummary& before, const core::ModelSummary& after) {
+  std::map<std::string, std::vector<int64_t>> shape_before;
+  for (auto& l : before.layers) shape_before[l.name] = l.weight_shape;
+  auto str = [](const std::vector<int64_t>& s) {
+    std::string r = "[";
+    for (size_t i = 0; i < s.size(); ++i) r += (i ? "," : "") + std::to_string(s[i]);
+    return r + "]";
+  };
+  for (auto& l : after.layers) {
+    auto it = shape_before.find(l.name);
+    if (it != shape_before.end() && it->second != l.weight_shape)
+      std::fprintf(stderr, "  %s: %s -> %s\n", l.name.c_str(), str(it->second).c_str(), str(l.weight_shape).c_str());
+  }
+}
+
+void report(const PruneCli& o, const PruneJob& job, const core::ModelSummary& before, const core::ModelSummary& after,
+            double acc_before, double acc_after) {
+  const TrainingRun& run = o.run;
   nlohmann::json j = {{"model", o.model}, {"out", o.out}, {"method", o.method}, {"sparsity", o.sparsity},
-                      {"schedule", o.schedule}, {"epochs", epochs},
+                      {"schedule", o.schedule}, {"epochs", job.epochs},
                       {"params_before", before.params}, {"params_after", after.params},
                       {"flops_before", before.flops_per_sample}, {"flops_after", after.flops_per_sample},
-                      {"weight_sparsity", after.sparsity()}, {"curve", curve}};
-  if (val_ptr) {
+                      {"weight_sparsity", after.sparsity()}, {"curve", job.curve}};
+  if (job.val_ptr) {
     j["accuracy_before"] = acc_before;
     j["accuracy_after"] = acc_after;
-    if (acc_pruned >= 0) j["accuracy_pruned"] = acc_pruned;
+    if (job.acc_pruned >= 0) j["accuracy_pruned"] = job.acc_pruned;
   }
-  if (!run.quiet && o.method == "channel") {
-    // Weight shapes that changed, layer by layer.
-    std::map<std::string, std::vector<int64_t>> shape_before;
-    for (auto& l : before.layers) shape_before[l.name] = l.weight_shape;
-    auto str = [](const std::vector<int64_t>& s) {
-      std::string r = "[";
-      for (size_t i = 0; i < s.size(); ++i) r += (i ? "," : "") + std::to_string(s[i]);
-      return r + "]";
-    };
-    for (auto& l : after.layers) {
-      auto it = shape_before.find(l.name);
-      if (it != shape_before.end() && it->second != l.weight_shape)
-        std::fprintf(stderr, "  %s: %s -> %s\n", l.name.c_str(), str(it->second).c_str(), str(l.weight_shape).c_str());
-    }
-  }
+  if (!run.quiet && o.method == "channel") print_shape_changes(before, after);
   if (!run.quiet) {
     std::fprintf(stderr, "parameters %lld -> %lld, FLOPs/sample %lld -> %lld, weight sparsity %.2f%%\n",
                  (long long)before.params, (long long)after.params, (long long)before.flops_per_sample,
                  (long long)after.flops_per_sample, after.sparsity() * 100);
-    if (val_ptr && acc_pruned >= 0)
+    if (job.val_ptr && job.acc_pruned >= 0)
       std::fprintf(stderr, "%s accuracy: %.2f%% -> %.2f%% pruned -> %.2f%% after recovery\n", run.val_split.c_str(),
-                   acc_before * 100, acc_pruned * 100, acc_after * 100);
-    else if (val_ptr)
+                   acc_before * 100, job.acc_pruned * 100, acc_after * 100);
+    else if (job.val_ptr)
       std::fprintf(stderr, "%s accuracy: %.2f%% -> %.2f%%\n", run.val_split.c_str(), acc_before * 100, acc_after * 100);
   }
   if (run.json) std::cout << j.dump() << "\n";
   else if (!run.quiet) std::fprintf(stderr, "wrote %s\n", o.out.c_str());
+}
+
+void run_prune(PruneCli& o) {
+  TrainingRun& run = o.run;
+  set_threads(run.threads);
+  check_flags(o);
+  PruneJob job;
+  job.masks = prune::MaskOptions()
+                  .method(o.method == "nm" ? prune::MaskMethod::kNM : prune::MaskMethod::kMagnitude)
+                  .sparsity(o.sparsity)
+                  .global(o.global)
+                  .n(o.n)
+                  .m(o.m);
+  job.masks.validate();
+  const prune::Importance importance = prune::parse_importance(o.importance);
+  job.model = core::load_model(o.model, run.trainer.seed_);
+  job.epochs = run.trainer.epochs_;
+  std::vector<prune::WeightTarget> targets;
+  if (o.method != "channel") {
+    targets = prune::find_targets(job.model, o.exclude);
+    PARE_CHECK(!targets.empty(), "model '", o.model, "' has no prunable weights left (Conv, Gemm or MatMul with a weight initializer)");
+  }
+  job.topts = run.trainer;
+  job.topts.progress(!run.quiet);
+  if (job.epochs > 0) job.topts.validate();
+  if (!run.data.empty()) job.val_ptr = run.load_data(job.train, job.val, job.model, job.topts);
+  const core::ModelSummary before = core::summarize(job.model);
+  const double acc_before = job.accuracy(job.model);
+  if (!run.quiet && job.val_ptr)
+    std::fprintf(stderr, "%s: %lld parameters, %s accuracy %.2f%%\n", o.model.c_str(), (long long)before.params,
+                 run.val_split.c_str(), acc_before * 100);
+  if (o.analyze) {
+    analyze(o, job, importance, acc_before);
+    if (o.out.empty()) return;
+  }
+
+  core::Graph pruned = o.method == "channel" ? prune_channels(o, job, importance) : prune_weights(o, job, targets);
+  pruned.metadata["pare.pruned"] =
+      o.method == "channel" ? "channel " + std::to_string(o.sparsity) + " " + prune::importance_name(importance)
+      : o.method == "nm"    ? "nm " + std::to_string(o.n) + ":" + std::to_string(o.m)
+                            : "magnitude " + std::string(o.global ? "global " : "") + std::to_string(o.sparsity);
+  const core::ModelSummary after = core::summarize(pruned);
+  const double acc_after = job.accuracy(pruned);
+  if (!o.out.empty()) core::save_onnx(pruned, o.out);
+  report(o, job, before, after, acc_before, acc_after);
 }
 
 }  // namespace

@@ -113,6 +113,98 @@ void run_qat(QuantizeOpts& o, const core::Graph& g, const at::Tensor& calib_x, c
   if (!o.quiet) std::fprintf(stderr, "wrote %s\n", o.out.c_str());
 }
 
+// --dynamic: int8 weights, activation scales computed at run time.
+void run_dynamic(const QuantizeOpts& o) {
+  PARE_CHECK(o.weight_only.empty(), "--dynamic and --weight-only are two different schemes; choose one");
+  PARE_CHECK(o.calib.empty(), "--dynamic computes activation scales at run time and takes no --calib "
+             "(use static quantization for calibrated scales)");
+  PARE_CHECK(o.include.empty(), "--include applies to static quantization, not --dynamic");
+  PARE_CHECK(o.weight_bits == 8, "--dynamic writes int8 weights; --weight-bits ", o.weight_bits,
+             " applies to static quantization and --qat");
+  core::Graph g = core::load_model(o.model);
+  quantize::check_not_quantized(g, o.model);
+  auto r = quantize::quantize_dynamic(
+      g, quantize::DynamicOptions().per_channel(!o.per_tensor).exclude(split_commas(o.exclude)));
+  PARE_CHECK(!r.layers.empty(), o.model, ": no MatMul or Gemm with a constant 2-D weight to quantize");
+  core::save_onnx(r.graph, o.out);
+  std::cout << r.to_text();
+  if (!o.quiet) std::fprintf(stderr, "wrote %s\n", o.out.c_str());
+}
+
+// --weight-only int4: 4-bit weight blocks, no calibration.
+void run_weight_only(const QuantizeOpts& o) {
+  PARE_CHECK(!o.qat, "--qat trains int8 QDQ models; --weight-only int4 takes no training");
+  PARE_CHECK(o.weight_only == "int4", "--weight-only must be int4, got '", o.weight_only, "'");
+  PARE_CHECK(o.weight_bits == 8, "--weight-bits applies to static quantization and --qat; --weight-only "
+             "int4 stores 4-bit blocks of its own");
+  PARE_CHECK(o.include.empty(), "--include applies to static quantization, not --weight-only");
+  core::Graph g = core::load_model(o.model);
+  quantize::check_not_quantized(g, o.model);
+  auto r = quantize::quantize_weight_only(
+      g, quantize::WeightOnlyOptions().group(o.group).exclude(split_commas(o.exclude)));
+  PARE_CHECK(!r.layers.empty(), o.model, ": no MatMul or Gemm with a constant 2-D weight to quantize");
+  core::save_onnx(r.graph, o.out);
+  std::cout << r.to_text();
+  if (!o.quiet) std::fprintf(stderr, "wrote %s\n", o.out.c_str());
+}
+
+// The static quantization options from the flags.
+quantize::PtqOptions ptq_options(const QuantizeOpts& o) {
+  PARE_CHECK(!o.calib.empty(), "--calib is required for static quantization and --qat (or use --dynamic "
+             "or --weight-only int4)");
+  quantize::PtqOptions opts;
+  opts.method(quantize::parse_calib_method(o.method))
+      .percentile(o.percentile)
+      .per_channel(!o.per_tensor)
+      .exclude(split_commas(o.exclude))
+      .include(split_commas(o.include))
+      .keep_first(o.keep_first)
+      .keep_last(o.keep_last)
+      .fold_bn(!o.no_fold_bn)
+      .batch_size(o.batch_size)
+      .weight_bits(o.weight_bits)
+      .calib_name("--calib " + o.calib + " (" + o.calib_split + ")");
+  PARE_CHECK(o.activations == "uint8" || o.activations == "int8",
+             "--activations must be uint8 or int8, got '", o.activations, "'");
+  opts.activations(o.activations == "uint8" ? quantize::QScheme::kAsymmetricUInt8
+                                            : quantize::QScheme::kSymmetricInt8);
+  PARE_CHECK(o.calib_samples >= 1, "--calib-samples must be at least 1, got ", o.calib_samples);
+  if (!o.quiet) opts.progress([](const std::string& s) { std::fprintf(stderr, "%s\n", s.c_str()); });
+  return opts;
+}
+
+// Static quantization (and --qat): calibrate on a seeded subset of --calib, then write QDQ.
+void run_static(QuantizeOpts& o) {
+  const quantize::PtqOptions opts = ptq_options(o);
+  core::Graph g = core::load_model(o.model);
+  quantize::check_not_quantized(g, o.model);
+  core::TensorDataset ds = core::load_dataset(o.calib, o.calib_split);
+  const int64_t n = std::min(o.calib_samples, ds.size());
+  // A seeded random subset, the same for the same seed.
+  auto order = core::epoch_order(ds.size(), true, o.seed, 0);
+  order.resize(static_cast<size_t>(n));
+  ds.x = ds.x.index_select(0, at::tensor(order, at::kLong));
+  if (ds.has_labels()) ds.y = ds.y.index_select(0, at::tensor(order, at::kLong));
+  std::string norm = o.normalize;
+  if (norm.empty() && g.metadata.count("pare.normalize")) norm = g.metadata["pare.normalize"];
+  if (!norm.empty()) core::normalize(ds, norm);
+  quantize::check_calibration_data(g, ds.x, "--calib " + o.calib);
+  if (!o.quiet)
+    std::fprintf(stderr, "quantizing %s with %lld calibration samples from %s (%s)\n",
+                 o.model.c_str(), static_cast<long long>(n), o.calib.c_str(), o.calib_split.c_str());
+
+  if (o.qat) {
+    run_qat(o, g, ds.x, norm, opts);
+    return;
+  }
+  quantize::PtqResult r = quantize::quantize_static(g, ds.x, opts);
+  core::save_onnx(r.graph, o.out);
+  if (!o.report.empty()) write_file_atomic(o.report, r.report.to_json() + "\n");
+  if (o.json) std::cout << r.report.to_json(-1) << "\n";
+  else std::cout << r.report.to_text();
+  if (!o.quiet) std::fprintf(stderr, "wrote %s\n", o.out.c_str());
+}
+
 }  // namespace
 
 void add_quantize(CLI::App& app, Action& action) {
@@ -193,24 +285,8 @@ void add_quantize(CLI::App& app, Action& action) {
       ->capture_default_str()->group(qg)->needs(qat);
   cmd->add_flag("--learn-scales", o->learn_scales, "Train the quantization scales too (LSQ)")->group(qg)->needs(qat);
   cmd->add_option("--data,-d", o->run.data, "Training data (default: the --calib dataset)")->group(qg)->needs(qat);
-  cmd->add_option("--epochs", t.epochs_, "Passes over the training set")->capture_default_str()->group(qg)->needs(qat);
-  cmd->add_option("--lr", t.lr_, "Peak learning rate")->capture_default_str()->group(qg)->needs(qat);
-  cmd->add_option("--optimizer", t.optimizer_, "adam, adamw or sgd")->capture_default_str()->group(qg)->needs(qat);
-  cmd->add_option("--weight-decay", t.weight_decay_, "Weight decay")->group(qg)->needs(qat);
-  cmd->add_option("--schedule", t.schedule_, "Learning-rate schedule: constant, step or cosine")
-      ->capture_default_str()->group(qg)->needs(qat);
-  cmd->add_option("--warmup-steps", t.warmup_steps_, "Linear learning-rate warmup steps")->group(qg)->needs(qat);
-  cmd->add_option("--max-steps", t.max_steps_, "Stop after this many optimizer steps (0: no limit)")
-      ->group(qg)->needs(qat);
-  cmd->add_option("--metrics", t.metrics_path_, "Write per-epoch metrics as JSON lines to this file")
-      ->group(qg)->needs(qat);
-  cmd->add_option("--checkpoint", t.checkpoint_, "Checkpoint file, written at each epoch end (atomically)")
-      ->group(qg)->needs(qat);
-  cmd->add_option("--checkpoint-every", t.checkpoint_every_, "Also checkpoint every N steps")->group(qg)->needs(qat);
-  cmd->add_flag("--resume", t.resume_, "Continue from --checkpoint if it exists (bit-exact on the CPU)")
-      ->group(qg)->needs(qat);
-  cmd->add_option("--augment", o->run.augment, "Random views of each training image: flip, shift=PIXELS or both")
-      ->group(qg)->needs(qat);
+  // --batch-size and --seed serve calibration and training alike (declared above).
+  o->run.add_training_options(cmd, qg, qat, {"--batch-size", "--seed"});
   cmd->add_option("--val-split", o->run.val_split, "Split evaluated after each epoch")
       ->capture_default_str()->group(qg)->needs(qat);
   cmd->add_flag("--no-val", o->run.no_val, "Skip evaluation after each epoch")->group(qg)->needs(qat);
@@ -228,87 +304,9 @@ void add_quantize(CLI::App& app, Action& action) {
   cmd->callback([&action, o] {
     action = [o] {
       set_threads(o->threads);
-      if (o->dynamic) {
-        PARE_CHECK(o->weight_only.empty(), "--dynamic and --weight-only are two different schemes; choose one");
-        PARE_CHECK(o->calib.empty(), "--dynamic computes activation scales at run time and takes no --calib "
-                   "(use static quantization for calibrated scales)");
-        PARE_CHECK(o->include.empty(), "--include applies to static quantization, not --dynamic");
-        PARE_CHECK(o->weight_bits == 8, "--dynamic writes int8 weights; --weight-bits ", o->weight_bits,
-                   " applies to static quantization and --qat");
-        core::Graph g = core::load_model(o->model);
-        quantize::check_not_quantized(g, o->model);
-        auto r = quantize::quantize_dynamic(
-            g, quantize::DynamicOptions().per_channel(!o->per_tensor).exclude(split_commas(o->exclude)));
-        PARE_CHECK(!r.layers.empty(), o->model, ": no MatMul or Gemm with a constant 2-D weight to quantize");
-        core::save_onnx(r.graph, o->out);
-        std::cout << r.to_text();
-        if (!o->quiet) std::fprintf(stderr, "wrote %s\n", o->out.c_str());
-        return;
-      }
-      if (!o->weight_only.empty()) {
-        PARE_CHECK(!o->qat, "--qat trains int8 QDQ models; --weight-only int4 takes no training");
-        PARE_CHECK(o->weight_only == "int4", "--weight-only must be int4, got '", o->weight_only, "'");
-        PARE_CHECK(o->weight_bits == 8, "--weight-bits applies to static quantization and --qat; --weight-only "
-                   "int4 stores 4-bit blocks of its own");
-        PARE_CHECK(o->include.empty(), "--include applies to static quantization, not --weight-only");
-        core::Graph g = core::load_model(o->model);
-        quantize::check_not_quantized(g, o->model);
-        auto r = quantize::quantize_weight_only(
-            g, quantize::WeightOnlyOptions().group(o->group).exclude(split_commas(o->exclude)));
-        PARE_CHECK(!r.layers.empty(), o->model, ": no MatMul or Gemm with a constant 2-D weight to quantize");
-        core::save_onnx(r.graph, o->out);
-        std::cout << r.to_text();
-        if (!o->quiet) std::fprintf(stderr, "wrote %s\n", o->out.c_str());
-        return;
-      }
-      PARE_CHECK(!o->calib.empty(), "--calib is required for static quantization and --qat (or use --dynamic "
-                 "or --weight-only int4)");
-      quantize::PtqOptions opts;
-      opts.method(quantize::parse_calib_method(o->method))
-          .percentile(o->percentile)
-          .per_channel(!o->per_tensor)
-          .exclude(split_commas(o->exclude))
-          .include(split_commas(o->include))
-          .keep_first(o->keep_first)
-          .keep_last(o->keep_last)
-          .fold_bn(!o->no_fold_bn)
-          .batch_size(o->batch_size)
-          .weight_bits(o->weight_bits)
-          .calib_name("--calib " + o->calib + " (" + o->calib_split + ")");
-      PARE_CHECK(o->activations == "uint8" || o->activations == "int8",
-                 "--activations must be uint8 or int8, got '", o->activations, "'");
-      opts.activations(o->activations == "uint8" ? quantize::QScheme::kAsymmetricUInt8
-                                                 : quantize::QScheme::kSymmetricInt8);
-      PARE_CHECK(o->calib_samples >= 1, "--calib-samples must be at least 1, got ", o->calib_samples);
-      if (!o->quiet) opts.progress([](const std::string& s) { std::fprintf(stderr, "%s\n", s.c_str()); });
-
-      core::Graph g = core::load_model(o->model);
-      quantize::check_not_quantized(g, o->model);
-      core::TensorDataset ds = core::load_dataset(o->calib, o->calib_split);
-      const int64_t n = std::min(o->calib_samples, ds.size());
-      // A seeded random subset, the same for the same seed.
-      auto order = core::epoch_order(ds.size(), true, o->seed, 0);
-      order.resize(static_cast<size_t>(n));
-      ds.x = ds.x.index_select(0, at::tensor(order, at::kLong));
-      if (ds.has_labels()) ds.y = ds.y.index_select(0, at::tensor(order, at::kLong));
-      std::string norm = o->normalize;
-      if (norm.empty() && g.metadata.count("pare.normalize")) norm = g.metadata["pare.normalize"];
-      if (!norm.empty()) core::normalize(ds, norm);
-      quantize::check_calibration_data(g, ds.x, "--calib " + o->calib);
-      if (!o->quiet)
-        std::fprintf(stderr, "quantizing %s with %lld calibration samples from %s (%s)\n",
-                     o->model.c_str(), static_cast<long long>(n), o->calib.c_str(), o->calib_split.c_str());
-
-      if (o->qat) {
-        run_qat(*o, g, ds.x, norm, opts);
-        return;
-      }
-      quantize::PtqResult r = quantize::quantize_static(g, ds.x, opts);
-      core::save_onnx(r.graph, o->out);
-      if (!o->report.empty()) write_file_atomic(o->report, r.report.to_json() + "\n");
-      if (o->json) std::cout << r.report.to_json(-1) << "\n";
-      else std::cout << r.report.to_text();
-      if (!o->quiet) std::fprintf(stderr, "wrote %s\n", o->out.c_str());
+      if (o->dynamic) run_dynamic(*o);
+      else if (!o->weight_only.empty()) run_weight_only(*o);
+      else run_static(*o);
     };
   });
 }

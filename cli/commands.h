@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 
 #include <functional>
+#include <set>
 #include <string>
 
 #include "core/data.h"
@@ -43,6 +44,11 @@ struct TrainingRun {
   /// what needs it), the trainer's options (epochs, lr, schedule, checkpoints, ...), --normalize,
   /// --val-split, --no-val, --threads, --quiet and --json to `cmd`.
   void add_options(CLI::App* cmd, bool data_optional = false);
+  /// Adds the trainer's options (epochs, lr, schedule, checkpoints, ...) and --augment alone, in
+  /// help group `group`, each needing `needs` when given; flags named in `skip` are left to the
+  /// command (which declares them for a purpose of its own).
+  void add_training_options(CLI::App* cmd, const std::string& group, CLI::Option* needs = nullptr,
+                            const std::set<std::string>& skip = {});
   /// Sets the thread count and returns the validated trainer options.
   distill::TrainerOptions start() const;
   /// Loads the train split into `train` and, unless --no-val, the validation split into `val`;

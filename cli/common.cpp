@@ -71,44 +71,52 @@ void TrainingRun::add_options(CLI::App* cmd, bool data_optional) {
   auto* d = cmd->add_option("--data,-d", data, "fashion-mnist[:DIR] or npy:X.npy,Y.npy");
   if (data_optional) d->description("fashion-mnist[:DIR] or npy:X.npy,Y.npy: to train, score or --analyze");
   else d->required();
-  auto& o = trainer;
-  auto g = "Training";
-  cmd->add_option("--epochs", o.epochs_, "Passes over the training set")->capture_default_str()->group(g);
-  cmd->add_option("--batch-size,-b", o.batch_size_, "Samples per step")->capture_default_str()->group(g);
-  cmd->add_option("--lr", o.lr_, "Peak learning rate")->capture_default_str()->group(g);
-  cmd->add_option("--optimizer", o.optimizer_, "adam, adamw or sgd")->capture_default_str()->group(g);
-  cmd->add_option("--momentum", o.momentum_, "SGD momentum")->capture_default_str()->group(g);
-  cmd->add_flag("--nesterov", o.nesterov_, "Nesterov momentum (SGD)")->group(g);
-  cmd->add_option("--weight-decay", o.weight_decay_, "Weight decay (not applied to biases and norms)")
-      ->capture_default_str()->group(g);
-  cmd->add_option("--schedule", o.schedule_, "Learning-rate schedule: constant, step or cosine")
-      ->capture_default_str()->group(g);
-  cmd->add_option("--step-epochs", o.step_epochs_, "step schedule: epochs between decays")->group(g);
-  cmd->add_option("--gamma", o.gamma_, "step schedule: decay factor")->group(g);
-  cmd->add_option("--warmup-steps", o.warmup_steps_, "Linear learning-rate warmup steps")->group(g);
-  cmd->add_option("--clip-grad-norm", o.clip_grad_norm_, "Clip the gradient norm (0: off)")->group(g);
-  cmd->add_option("--accumulate", o.accumulate_, "Batches per optimizer step")->group(g);
-  cmd->add_option("--seed", o.seed_, "Seed for weights, data order and dropout")->capture_default_str()->group(g);
-  cmd->add_option("--max-steps", o.max_steps_, "Stop after this many optimizer steps (0: no limit)")->group(g);
-  cmd->add_option("--patience", o.patience_, "Stop after this many epochs without a better validation accuracy")
-      ->group(g);
-  cmd->add_option("--keep-best", o.best_path_, "Write the best epoch's model (by validation accuracy) here")
-      ->group(g);
-  cmd->add_option("--metrics", o.metrics_path_, "Write per-epoch metrics as JSON lines to this file")->group(g);
-  cmd->add_option("--checkpoint", o.checkpoint_, "Checkpoint file, written at each epoch end (atomically)")
-      ->group(g);
-  cmd->add_option("--checkpoint-every", o.checkpoint_every_, "Also checkpoint every N steps")->group(g);
-  cmd->add_flag("--resume", o.resume_, "Continue from --checkpoint if it exists")->group(g);
-  cmd->add_option("--augment", augment,
-                  "Random views of each training image: flip, shift=PIXELS or both (flip,shift=2); "
-                  "a teacher sees the same view")
-      ->group(g);
+  add_training_options(cmd, "Training");
   cmd->add_option("--normalize", normalize, "MEAN,STD applied to inputs (recorded in the model's metadata)");
   cmd->add_option("--val-split", val_split, "Split evaluated after each epoch")->capture_default_str();
   cmd->add_flag("--no-val", no_val, "Skip evaluation after each epoch");
   cmd->add_option("--threads", threads, "Intra-op threads (0: libtorch's default)");
   cmd->add_flag("--quiet,-q", quiet, "No progress output");
   cmd->add_flag("--json", json, "Print a JSON summary of the run on stdout");
+}
+
+void TrainingRun::add_training_options(CLI::App* cmd, const std::string& group, CLI::Option* needs,
+                                       const std::set<std::string>& skip) {
+  auto& o = trainer;
+  auto add = [&](CLI::Option* opt) {
+    opt->group(group);
+    if (needs) opt->needs(needs);
+  };
+  auto option = [&](const std::string& name, auto& value, const std::string& help, bool show_default = false) {
+    if (skip.count(name.substr(0, name.find(',')))) return;
+    CLI::Option* opt = cmd->add_option(name, value, help);
+    if (show_default) opt->capture_default_str();
+    add(opt);
+  };
+  option("--epochs", o.epochs_, "Passes over the training set", true);
+  option("--batch-size,-b", o.batch_size_, "Samples per step", true);
+  option("--lr", o.lr_, "Peak learning rate", true);
+  option("--optimizer", o.optimizer_, "adam, adamw or sgd", true);
+  option("--momentum", o.momentum_, "SGD momentum", true);
+  add(cmd->add_flag("--nesterov", o.nesterov_, "Nesterov momentum (SGD)"));
+  option("--weight-decay", o.weight_decay_, "Weight decay (not applied to biases and norms)", true);
+  option("--schedule", o.schedule_, "Learning-rate schedule: constant, step or cosine", true);
+  option("--step-epochs", o.step_epochs_, "step schedule: epochs between decays");
+  option("--gamma", o.gamma_, "step schedule: decay factor");
+  option("--warmup-steps", o.warmup_steps_, "Linear learning-rate warmup steps");
+  option("--clip-grad-norm", o.clip_grad_norm_, "Clip the gradient norm (0: off)");
+  option("--accumulate", o.accumulate_, "Batches per optimizer step");
+  option("--seed", o.seed_, "Seed for weights, data order and dropout", true);
+  option("--max-steps", o.max_steps_, "Stop after this many optimizer steps (0: no limit)");
+  option("--patience", o.patience_, "Stop after this many epochs without a better validation accuracy");
+  option("--keep-best", o.best_path_, "Write the best epoch's model (by validation accuracy) here");
+  option("--metrics", o.metrics_path_, "Write per-epoch metrics as JSON lines to this file");
+  option("--checkpoint", o.checkpoint_, "Checkpoint file, written at each epoch end (atomically)");
+  option("--checkpoint-every", o.checkpoint_every_, "Also checkpoint every N steps");
+  add(cmd->add_flag("--resume", o.resume_, "Continue from --checkpoint if it exists (bit-exact on the CPU)"));
+  option("--augment", augment,
+         "Random views of each training image: flip, shift=PIXELS or both (flip,shift=2); a teacher sees the "
+         "same view");
 }
 
 distill::TrainerOptions TrainingRun::start() const {

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -29,6 +30,33 @@ void tune_malloc() {
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
   mallopt(M_TOP_PAD, 256 << 20);
+}
+
+// The command-line flag of a library option: "batch_size" is --batch-size, except where a flag
+// took another name.
+std::string flag_of(const std::string& option) {
+  static const std::pair<const char*, const char*> renamed[] = {{"grace_seconds", "--grace-period"}};
+  for (const auto& [name, flag] : renamed)
+    if (option == name) return flag;
+  std::string flag = "--" + option;
+  std::replace(flag.begin(), flag.end(), '_', '-');
+  return flag;
+}
+
+// The message of a library error with the options it names (Error::about) written as flags: the
+// first whole-word occurrence of each.
+std::string with_flags(const pare::Error& e) {
+  std::string msg = e.what();
+  auto word_char = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-'; };
+  for (const std::string& option : e.options()) {
+    for (size_t at = msg.find(option); at != std::string::npos; at = msg.find(option, at + 1)) {
+      const size_t end = at + option.size();
+      if ((at > 0 && word_char(msg[at - 1])) || (end < msg.size() && word_char(msg[end]))) continue;
+      msg.replace(at, option.size(), flag_of(option));
+      break;
+    }
+  }
+  return msg;
 }
 
 // Prints the error and, under torchrun or pare launch, writes it to TORCHELASTIC_ERROR_FILE in
@@ -123,7 +151,7 @@ int main(int argc, char** argv) {
     if (action) action();
     return 0;
   } catch (const pare::Error& e) {
-    report_error(e.what());
+    report_error(with_flags(e).c_str());
     return e.exit_code();
   } catch (const c10::Error& e) {
     report_error(e.what_without_backtrace());

@@ -23,7 +23,13 @@ OpDef& OpRegistry::add(OpDef def) {
   auto name = def.name;
   auto [it, inserted] = ops_.emplace(name, std::move(def));
   PARE_ASSERT(inserted, "op '", name, "' registered twice");
+  for (const auto& provider : providers_) provider(it->second);
   return it->second;
+}
+
+void OpRegistry::add_facet_provider(FacetProvider provider) {
+  for (auto& [name, op] : ops_) provider(op);
+  providers_.push_back(std::move(provider));
 }
 
 const OpDef* OpRegistry::find(const std::string& op_type) const {

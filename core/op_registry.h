@@ -7,7 +7,7 @@
 //   auto& reg = OpRegistry::global();          // core ops registered on first use
 //   const OpDef& conv = reg.get("Conv");
 //   auto y = conv.forward(node, {x, w, b}, ctx);
-//   reg.mutable_get("Conv").set_facet("prune.channels", MyChannelRule{...});
+//   reg.add_facet_provider([](OpDef& op) { if (op.name == "Conv") op.set_facet("my.rule", MyRule{...}); });
 #pragma once
 
 #include <ATen/ATen.h>
@@ -108,14 +108,22 @@ struct OpDef {
   std::map<std::string, std::shared_ptr<std::any>> facets_;
 };
 
+/// Attaches one module's facets to one op, from its name and traits (see add_facet_provider).
+using FacetProvider = std::function<void(OpDef&)>;
+
 /// All ops by name.
 class OpRegistry {
  public:
   /// The process-wide registry; the core ops are registered on first call.
   static OpRegistry& global();
 
-  /// Adds an op; throws InternalError if the name is taken.
+  /// Adds an op, with the facets of every provider added so far; throws InternalError if the
+  /// name is taken.
   OpDef& add(OpDef def);
+  /// Attaches facets with `provider` to every op registered now and to every op added later:
+  /// the order in which modules and ops register does not matter. A module adds its provider
+  /// once, when it is first used (prune::prune_registry(), quantize::policy_of()).
+  void add_facet_provider(FacetProvider provider);
   /// The op named `op_type`; throws InputError "unknown op" otherwise.
   const OpDef& get(const std::string& op_type) const;
   OpDef& mutable_get(const std::string& op_type);
@@ -124,6 +132,7 @@ class OpRegistry {
 
  private:
   std::map<std::string, OpDef> ops_;
+  std::vector<FacetProvider> providers_;
 };
 
 /// Registers every core op (explicitly, not by static initializers, whose order across

@@ -359,19 +359,20 @@ class Job {
 }  // namespace
 
 void validate(const LaunchOptions& o) {
-  PARE_CHECK(o.nproc_per_node >= 1, "--nproc-per-node must be at least 1, got ", o.nproc_per_node);
-  PARE_CHECK(o.nnodes >= 1, "--nnodes must be at least 1, got ", o.nnodes);
-  PARE_CHECK(o.node_rank >= 0 && o.node_rank < o.nnodes, "--node-rank must lie in [0, ", o.nnodes,
+  PARE_CHECK_OPTION(o.nproc_per_node >= 1, "nproc_per_node", "must be at least 1, got ", o.nproc_per_node);
+  PARE_CHECK_OPTION(o.nnodes >= 1, "nnodes", "must be at least 1, got ", o.nnodes);
+  PARE_CHECK_OPTION(o.node_rank >= 0 && o.node_rank < o.nnodes, "node_rank", "must lie in [0, ", o.nnodes,
              "), got ", o.node_rank);
-  PARE_CHECK(o.max_restarts >= 0, "--max-restarts must be >= 0, got ", o.max_restarts);
-  PARE_CHECK(o.master_port >= 0 && o.master_port < 65536, "--master-port must lie in [0, 65535], got ",
-             o.master_port);
-  PARE_CHECK(o.nnodes == 1 || o.master_port > 0,
-             "--nnodes ", o.nnodes, " needs --master-port (and --master-addr) shared by every node");
-  PARE_CHECK(o.nnodes == 1 || o.max_restarts == 0,
-             "--max-restarts needs every node to restart together, which needs a rendezvous; "
-             "pare launch restarts single-node jobs only");
-  PARE_CHECK(o.grace_seconds >= 0, "--grace-period must be >= 0, got ", o.grace_seconds);
+  PARE_CHECK_OPTION(o.max_restarts >= 0, "max_restarts", "must be >= 0, got ", o.max_restarts);
+  PARE_CHECK_OPTION(o.master_port >= 0 && o.master_port < 65536, "master_port", "must lie in [0, 65535], got ",
+                    o.master_port);
+  if (o.nnodes > 1 && o.master_port <= 0)
+    throw InputError(detail::concat("nnodes ", o.nnodes, " needs master_port (and master_addr) shared by every node"))
+        .about("nnodes").about("master_port").about("master_addr");
+  if (o.nnodes > 1 && o.max_restarts != 0)
+    throw InputError("max_restarts needs every node to restart together, which needs a rendezvous; "
+                     "pare launch restarts single-node jobs only").about("max_restarts");
+  PARE_CHECK_OPTION(o.grace_seconds >= 0, "grace_seconds", "must be >= 0, got ", o.grace_seconds);
   PARE_CHECK(!o.command.empty(), "no command to launch: pare launch [OPTIONS] -- COMMAND [ARGS...]");
   PARE_CHECK(!find_executable(o.command[0]).empty(), "cannot launch '", o.command[0],
              "': no such executable (in PATH or as a path)");

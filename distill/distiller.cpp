@@ -42,8 +42,9 @@ std::vector<EpochStats> distill(core::Module& student, Teacher& teacher,
   check_distill_setup(teacher, student, loss_opts, example);
   if (auto* cache = dynamic_cast<CachedTeacher*>(&teacher)) {
     cache->check(train, loss_opts.temperature_);
-    PARE_CHECK(!trainer_opts.augment_.any(), cache->describe(),
-               " holds the teacher's outputs on the original images; --augment needs a live teacher");
+    if (trainer_opts.augment_.any())
+      throw InputError(cache->describe() + " holds the teacher's outputs on the original images; augment needs a "
+                       "live teacher").about("augment");
   }
 
   auto loss = std::make_shared<DistillLoss>(loss_opts);

@@ -50,10 +50,10 @@ TeacherCacheReport write_teacher_cache(Teacher& teacher, const std::string& teac
                                        const core::TensorDataset& ds, const std::string& data,
                                        const TeacherCacheOptions& o, const std::string& dir,
                                        dist::ProcessGroup* pg) {
-  PARE_CHECK(o.temperature > 0 && std::isfinite(o.temperature), "--temperature must be > 0, got ", o.temperature);
-  PARE_CHECK(o.top_k >= 1, "--top-k must be at least 1, got ", o.top_k);
-  PARE_CHECK(o.sample >= 0, "--sample must be >= 0, got ", o.sample);
-  PARE_CHECK(o.batch_size >= 1, "--batch-size must be at least 1, got ", o.batch_size);
+  PARE_CHECK_OPTION(o.temperature > 0 && std::isfinite(o.temperature), "temperature", "must be > 0, got ", o.temperature);
+  PARE_CHECK_OPTION(o.top_k >= 1, "top_k", "must be at least 1, got ", o.top_k);
+  PARE_CHECK_OPTION(o.sample >= 0, "sample", "must be >= 0, got ", o.sample);
+  PARE_CHECK_OPTION(o.batch_size >= 1, "batch_size", "must be at least 1, got ", o.batch_size);
   PARE_CHECK(ds.size() > 0, "the dataset '", data, "' is empty");
   ::mkdir(dir.c_str(), 0755);
   struct stat st {};
@@ -173,9 +173,12 @@ std::string CachedTeacher::describe() const { return "teacher cache '" + dir_ + 
 void CachedTeacher::check(const core::TensorDataset& ds, double temperature) const {
   PARE_CHECK(ds.size() == samples_ && dataset_checksum(ds) == checksum_, describe(), " was built for another dataset (",
              samples_, " rows, checksum ", checksum_, ") than '", ds.name, "' (", ds.size(), " rows, checksum ",
-             dataset_checksum(ds), "); rebuild it, with the same --normalize");
-  PARE_CHECK(std::abs(temperature - temperature_) < 1e-9, describe(), " holds the teacher's distribution at T=",
-             temperature_, "; distill with -T ", temperature_, " (or rebuild the cache at T=", temperature, ")");
+             dataset_checksum(ds), "); rebuild it from the same data, normalized the same way");
+  if (std::abs(temperature - temperature_) >= 1e-9)
+    throw InputError(detail::concat(describe(), " holds the teacher's distribution at T=", temperature_,
+                                    "; distill with temperature ", temperature_, " (or rebuild the cache at T=",
+                                    temperature, ")"))
+        .about("temperature");
 }
 
 std::unordered_map<std::string, at::Tensor> CachedTeacher::forward(const at::Tensor&, const std::vector<std::string>&) {

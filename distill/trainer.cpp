@@ -128,23 +128,24 @@ EpochStats stats_from_json(const nlohmann::json& j) {
 }  // namespace
 
 void TrainerOptions::validate() const {
-  PARE_CHECK(epochs_ >= 1, "--epochs must be at least 1, got ", epochs_);
-  PARE_CHECK(batch_size_ >= 1, "--batch-size must be at least 1, got ", batch_size_);
-  PARE_CHECK(lr_ > 0 && std::isfinite(lr_), "--lr must be a positive number, got ", lr_);
-  PARE_CHECK(optimizer_ == "adam" || optimizer_ == "adamw" || optimizer_ == "sgd",
-             "--optimizer must be adam, adamw or sgd, got '", optimizer_, "'");
-  PARE_CHECK(schedule_ == "constant" || schedule_ == "step" || schedule_ == "cosine",
-             "--schedule must be constant, step or cosine, got '", schedule_, "'");
-  PARE_CHECK(weight_decay_ >= 0, "--weight-decay must be >= 0, got ", weight_decay_);
-  PARE_CHECK(momentum_ >= 0 && momentum_ < 1, "--momentum must lie in [0, 1), got ", momentum_);
-  PARE_CHECK(max_steps_ >= 0, "--max-steps must be >= 0, got ", max_steps_);
-  PARE_CHECK(warmup_steps_ >= 0, "--warmup-steps must be >= 0, got ", warmup_steps_);
-  PARE_CHECK(step_epochs_ >= 1, "--step-epochs must be at least 1, got ", step_epochs_);
-  PARE_CHECK(accumulate_ >= 1, "--accumulate must be at least 1, got ", accumulate_);
-  PARE_CHECK(clip_grad_norm_ >= 0, "--clip-grad-norm must be >= 0, got ", clip_grad_norm_);
-  PARE_CHECK(checkpoint_every_ >= 0, "--checkpoint-every must be >= 0, got ", checkpoint_every_);
-  PARE_CHECK(!resume_ || !checkpoint_.empty(), "--resume needs --checkpoint FILE");
-  PARE_CHECK(patience_ >= 0, "--patience must be >= 0, got ", patience_);
+  PARE_CHECK_OPTION(epochs_ >= 1, "epochs", "must be at least 1, got ", epochs_);
+  PARE_CHECK_OPTION(batch_size_ >= 1, "batch_size", "must be at least 1, got ", batch_size_);
+  PARE_CHECK_OPTION(lr_ > 0 && std::isfinite(lr_), "lr", "must be a positive number, got ", lr_);
+  PARE_CHECK_OPTION(optimizer_ == "adam" || optimizer_ == "adamw" || optimizer_ == "sgd", "optimizer",
+                    "must be adam, adamw or sgd, got '", optimizer_, "'");
+  PARE_CHECK_OPTION(schedule_ == "constant" || schedule_ == "step" || schedule_ == "cosine", "schedule",
+                    "must be constant, step or cosine, got '", schedule_, "'");
+  PARE_CHECK_OPTION(weight_decay_ >= 0, "weight_decay", "must be >= 0, got ", weight_decay_);
+  PARE_CHECK_OPTION(momentum_ >= 0 && momentum_ < 1, "momentum", "must lie in [0, 1), got ", momentum_);
+  PARE_CHECK_OPTION(max_steps_ >= 0, "max_steps", "must be >= 0, got ", max_steps_);
+  PARE_CHECK_OPTION(warmup_steps_ >= 0, "warmup_steps", "must be >= 0, got ", warmup_steps_);
+  PARE_CHECK_OPTION(step_epochs_ >= 1, "step_epochs", "must be at least 1, got ", step_epochs_);
+  PARE_CHECK_OPTION(accumulate_ >= 1, "accumulate", "must be at least 1, got ", accumulate_);
+  PARE_CHECK_OPTION(clip_grad_norm_ >= 0, "clip_grad_norm", "must be >= 0, got ", clip_grad_norm_);
+  PARE_CHECK_OPTION(checkpoint_every_ >= 0, "checkpoint_every", "must be >= 0, got ", checkpoint_every_);
+  if (resume_ && checkpoint_.empty())
+    throw InputError("resume needs checkpoint (the file to resume from)").about("resume").about("checkpoint");
+  PARE_CHECK_OPTION(patience_ >= 0, "patience", "must be >= 0, got ", patience_);
 }
 
 EvalResult evaluate(core::Module& model, const core::TensorDataset& ds, int64_t batch_size) {
@@ -296,9 +297,12 @@ bool Trainer::load_checkpoint(State& st) {
     c10::IValue state;
     archive.read("state", state);
     auto j = nlohmann::json::parse(state.toStringRef());
-    PARE_CHECK(j.at("seed").get<uint64_t>() == opts_.seed_ && j.at("batch_size").get<int64_t>() == opts_.batch_size_,
-               "'", path, "' was written by a run with --seed ", j.at("seed").get<uint64_t>(),
-               " and --batch-size ", j.at("batch_size").get<int64_t>(), "; resume with the same options");
+    if (j.at("seed").get<uint64_t>() != opts_.seed_ || j.at("batch_size").get<int64_t>() != opts_.batch_size_)
+      throw InputError(detail::concat("'", path, "' was written by a run with seed ", j.at("seed").get<uint64_t>(),
+                                      " and batch_size ", j.at("batch_size").get<int64_t>(),
+                                      "; resume with the same options"))
+          .about("seed")
+          .about("batch_size");
     state_fields(st, from_json_of(j));
     for (auto& h : j.at("history")) st.history.push_back(stats_from_json(h));
   } catch (const Error&) {
@@ -312,17 +316,33 @@ bool Trainer::load_checkpoint(State& st) {
 
 bool TrainerOptions::is_writer() const { return !process_group_ || process_group_->rank() == 0; }
 
-std::vector<EpochStats> Trainer::fit(const core::TensorDataset& train, const core::TensorDataset* val) {
-  core::require_labels(train, "training");
-  if (val) core::require_labels(*val, "validation");
-  at::manual_seed(opts_.seed_);
-  make_optimizer();
+// What a run holds besides its State: the data order, step counts, the trained tensors, the
+// data-parallel plumbing and the output it accumulates.
+struct Trainer::Run {
+  Run(const core::TensorDataset& train, const core::LoaderOptions& opts, bool show, int64_t batch)
+      : loader(train, opts), batches(loader.batches_per_epoch()), progress(show, batch), show(show) {}
+  core::DataLoader loader;
+  int64_t batches, steps_per_epoch = 0, total_steps = 0;
+  Progress progress;
+  bool show;
+  std::shared_ptr<dist::ProcessGroup> pg;  ///< set when more than one rank trains
+  std::vector<at::Tensor> params;          ///< the model's parameters and the loss's extra tensors
+  std::unique_ptr<dist::GradientSync> grad_sync;
+  int64_t step_samples = 0;                ///< samples in the gradients accumulated so far
+  std::string metrics;                     ///< the metrics file's lines so far
+  // The epoch under way: when it started, and the state's clock and sample count then.
+  Clock::time_point t0;
+  double seconds_before = 0;
+  int64_t samples_before = 0;
+};
+
+std::unique_ptr<Trainer::Run> Trainer::start_run(const core::TensorDataset& train) {
   const auto& pg = opts_.process_group_;
   const bool ddp = pg && pg->size() > 1;
   int64_t batch_size = opts_.batch_size_;
   if (ddp) {
-    PARE_CHECK(batch_size % pg->size() == 0, "--batch-size ", batch_size, " must be a multiple of the world size ",
-               pg->size(), ": it is the global batch, split evenly over the ranks");
+    PARE_CHECK_OPTION(batch_size % pg->size() == 0, "batch_size", batch_size, " must be a multiple of the world size ",
+                      pg->size(), ": it is the global batch, split evenly over the ranks");
     batch_size /= pg->size();
     writer_ = writer_ && pg->rank() == 0;
     if (!sampler_) {
@@ -341,142 +361,154 @@ std::vector<EpochStats> Trainer::fit(const core::TensorDataset& train, const cor
                          .augment(opts_.augment_)
                          .prefetch(2);
   if (sampler_) loader_opts.sampler(sampler_);
-  core::DataLoader loader(train, loader_opts);
-  const int64_t batches = loader.batches_per_epoch();
-  const int64_t steps_per_epoch = (batches + opts_.accumulate_ - 1) / opts_.accumulate_;
-  int64_t total_steps = steps_per_epoch * opts_.epochs_;
-  if (opts_.max_steps_ > 0) total_steps = std::min(total_steps, opts_.max_steps_);
-
-  const bool show = opts_.progress_ && writer_;
-  State st;
-  if (load_checkpoint(st) && show)
-    std::fprintf(stderr, "resuming from %s: epoch %lld, batch %lld, step %lld\n",
-                 opts_.checkpoint_.c_str(), (long long)st.epoch + 1, (long long)st.batch,
-                 (long long)st.step);
-  std::string metrics;
-  for (auto& h : st.history) metrics += stats_json(h).dump() + "\n";
-  Progress progress(show, opts_.batch_size_);
-  std::vector<at::Tensor> params = model_.parameters();
-  params.insert(params.end(), extra_.begin(), extra_.end());
-  std::unique_ptr<dist::GradientSync> grad_sync;
+  auto run = std::make_unique<Run>(train, loader_opts, opts_.progress_ && writer_, opts_.batch_size_);
+  run->steps_per_epoch = (run->batches + opts_.accumulate_ - 1) / opts_.accumulate_;
+  run->total_steps = run->steps_per_epoch * opts_.epochs_;
+  if (opts_.max_steps_ > 0) run->total_steps = std::min(run->total_steps, opts_.max_steps_);
+  run->params = model_.parameters();
+  run->params.insert(run->params.end(), extra_.begin(), extra_.end());
   if (ddp) {
+    run->pg = pg;
     // Rank 0's weights everywhere (a resumed run loaded the same checkpoint on every rank anyway).
-    std::vector<at::Tensor> state = params;
+    std::vector<at::Tensor> state = run->params;
     for (auto& name : model_.buffer_names()) state.push_back(model_.initializer(name));
     dist::broadcast_from_rank0(*pg, state);
-    grad_sync = std::make_unique<dist::GradientSync>(pg, params);
+    run->grad_sync = std::make_unique<dist::GradientSync>(pg, run->params);
   }
-  int64_t step_samples = 0;
+  return run;
+}
 
+void Trainer::train_epoch(Run& run, State& st, const core::TensorDataset& train) {
+  model_.train();
+  run.loader.start_epoch(st.epoch, st.batch);
+  run.t0 = Clock::now();
+  run.seconds_before = st.seconds;
+  run.samples_before = st.samples;
+  core::Batch b;
+  while (st.step < run.total_steps && run.loader.next(b)) {
+    if (st.batch % opts_.accumulate_ == 0) {
+      optimizer_->zero_grad();
+      double lr = lr_at(st.step, run.total_steps, run.steps_per_epoch);
+      for (auto& group : optimizer_->param_groups()) group.options().set_lr(lr);
+    }
+    StepOutput out = loss_fn_(model_, b);
+    if (st.step == 0 && st.batch == 0) check_logits(out.logits, b.y, "training on '" + train.name + "'");
+    // On the CPU reading the loss costs nothing: check every batch, before any update.
+    const double l = out.loss.item<double>();
+    if (!std::isfinite(l))
+      throw Error("training diverged: the loss is " + std::to_string(l) + " at step " +
+                  std::to_string(st.step + 1) + " (epoch " + std::to_string(st.epoch + 1) +
+                  "); lower lr or check the data for NaN/Inf" +
+                  (opts_.checkpoint_.empty() ? "" : "; '" + opts_.checkpoint_ + "' holds the last good state"))
+          .about("lr");
+    (opts_.accumulate_ > 1 ? out.loss / static_cast<double>(opts_.accumulate_) : out.loss).backward();
+    ++st.batch;
+    const int64_t n = b.y.size(0);
+    run.step_samples += n;
+    st.samples += n;
+    st.loss_sum += l * n;
+    st.correct += out.logits.detach().argmax(1).eq(b.y).sum().item<int64_t>();
+    for (auto& [k, v] : out.parts) st.part_sums[k] += v * n;
+    if (st.batch % opts_.accumulate_ != 0 && st.batch != run.batches) continue;
+
+    if (run.grad_sync) run.grad_sync->sync(run.step_samples);
+    run.step_samples = 0;
+    for (auto& cb : after_backward_cbs_) cb();
+    if (opts_.clip_grad_norm_ > 0) torch::nn::utils::clip_grad_norm_(run.params, opts_.clip_grad_norm_);
+    optimizer_->step();
+    ++st.step;
+    for (auto& cb : step_cbs_) cb(st.step, l);
+    run.progress.update(st.epoch + 1, opts_.epochs_, st.batch, run.batches, st.loss_sum / st.samples,
+                        static_cast<double>(st.correct) / st.samples,
+                        (st.samples - run.samples_before) / std::max(1e-9, seconds_since(run.t0)));
+    if (opts_.checkpoint_every_ > 0 && st.step % opts_.checkpoint_every_ == 0 && st.batch != run.batches) {
+      st.seconds = run.seconds_before + seconds_since(run.t0);
+      save_checkpoint(st);
+    }
+  }
+}
+
+EpochStats Trainer::reduce_epoch(Run& run, const State& st) const {
+  EpochStats es;
+  es.epoch = st.epoch + 1;
+  es.steps = st.step;
+  es.seconds = run.seconds_before + seconds_since(run.t0);
+  // The epoch's sums over every rank (this rank's own state stays as it is, for checkpoints).
+  std::vector<double> sums = {static_cast<double>(st.samples), st.loss_sum, static_cast<double>(st.correct),
+                              static_cast<double>(st.samples - run.samples_before)};
+  for (auto& [k, v] : st.part_sums) sums.push_back(v);
+  if (run.pg) {
+    at::Tensor t = at::tensor(sums, at::kDouble);
+    run.pg->all_reduce(t);
+    sums.assign(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
+  }
+  const double samples = std::max(1.0, sums[0]);
+  es.samples = static_cast<int64_t>(sums[0]);
+  es.train_loss = sums[1] / samples;
+  es.train_accuracy = sums[2] / samples;
+  es.samples_per_s = sums[3] / std::max(1e-9, seconds_since(run.t0));
+  size_t part = 4;
+  for (auto& [k, v] : st.part_sums) es.loss_parts[k] = sums[part++] / samples;
+  return es;
+}
+
+bool Trainer::end_epoch(Run& run, State& st, const EpochStats& es, bool validated) {
+  run.progress.clear();
+  if (run.show) {
+    std::fprintf(stderr, "epoch %lld/%lld: loss %.4f acc %.2f%%", (long long)es.epoch, (long long)opts_.epochs_,
+                 es.train_loss, es.train_accuracy * 100);
+    if (validated) std::fprintf(stderr, " | val loss %.4f acc %.2f%%", es.val_loss, es.val_accuracy * 100);
+    std::fprintf(stderr, " | %.0f samples/s, %.1f s\n", es.samples_per_s, es.seconds);
+  }
+  st.history.push_back(es);
+  run.metrics += stats_json(es).dump() + "\n";
+  if (writer_ && !opts_.metrics_path_.empty()) write_file_atomic(opts_.metrics_path_, run.metrics);
+  bool stop = false;
+  if (validated) {
+    if (es.val_accuracy > st.best_val) {
+      st.best_val = es.val_accuracy;
+      st.epochs_since_best = 0;
+      if (writer_ && !opts_.best_path_.empty()) core::save_onnx(model_.to_graph(), opts_.best_path_);
+    } else if (opts_.patience_ > 0 && ++st.epochs_since_best >= opts_.patience_) {
+      stop = true;
+    }
+  }
+  for (auto& cb : epoch_cbs_) cb(es);
+  st.samples = st.correct = 0;
+  st.loss_sum = st.seconds = 0;
+  st.part_sums.clear();
+  // The epoch-end checkpoint points at the start of the next epoch.
+  State next = st;
+  ++next.epoch;
+  next.batch = 0;
+  save_checkpoint(next);
+  if (stop && run.show)
+    std::fprintf(stderr, "early stop: no better validation accuracy for %lld epochs (best %.2f%%)\n",
+                 (long long)opts_.patience_, st.best_val * 100);
+  return stop;
+}
+
+std::vector<EpochStats> Trainer::fit(const core::TensorDataset& train, const core::TensorDataset* val) {
+  core::require_labels(train, "training");
+  if (val) core::require_labels(*val, "validation");
+  at::manual_seed(opts_.seed_);
+  make_optimizer();
+  std::unique_ptr<Run> run = start_run(train);
+  State st;
+  if (load_checkpoint(st) && run->show)
+    std::fprintf(stderr, "resuming from %s: epoch %lld, batch %lld, step %lld\n", opts_.checkpoint_.c_str(),
+                 (long long)st.epoch + 1, (long long)st.batch, (long long)st.step);
+  for (auto& h : st.history) run->metrics += stats_json(h).dump() + "\n";
   // A run resumed from a mid-epoch checkpoint taken at its last step still closes that epoch.
-  for (; st.epoch < opts_.epochs_ && (st.step < total_steps || st.batch > 0); ++st.epoch, st.batch = 0) {
-    model_.train();
-    loader.start_epoch(st.epoch, st.batch);
-    auto t0 = Clock::now();
-    const double seconds_before = st.seconds;
-    const int64_t samples_before = st.samples;
-    core::Batch b;
-    while (st.step < total_steps && loader.next(b)) {
-      const bool first_micro = st.batch % opts_.accumulate_ == 0;
-      if (first_micro) {
-        optimizer_->zero_grad();
-        double lr = lr_at(st.step, total_steps, steps_per_epoch);
-        for (auto& group : optimizer_->param_groups()) group.options().set_lr(lr);
-      }
-      StepOutput out = loss_fn_(model_, b);
-      if (st.step == 0 && st.batch == 0) check_logits(out.logits, b.y, "training on '" + train.name + "'");
-      // On the CPU reading the loss costs nothing: check every batch, before any update.
-      const double l = out.loss.item<double>();
-      if (!std::isfinite(l))
-        throw Error("training diverged: the loss is " + std::to_string(l) + " at step " +
-                    std::to_string(st.step + 1) + " (epoch " + std::to_string(st.epoch + 1) +
-                    "); lower --lr or check the data for NaN/Inf" +
-                    (opts_.checkpoint_.empty() ? "" : "; '" + opts_.checkpoint_ + "' holds the last good state"));
-      (opts_.accumulate_ > 1 ? out.loss / static_cast<double>(opts_.accumulate_) : out.loss).backward();
-      ++st.batch;
-      const int64_t n = b.y.size(0);
-      step_samples += n;
-      st.samples += n;
-      st.loss_sum += l * n;
-      st.correct += out.logits.detach().argmax(1).eq(b.y).sum().item<int64_t>();
-      for (auto& [k, v] : out.parts) st.part_sums[k] += v * n;
-      if (st.batch % opts_.accumulate_ != 0 && st.batch != batches) continue;
-
-      if (grad_sync) grad_sync->sync(step_samples);
-      step_samples = 0;
-      for (auto& cb : after_backward_cbs_) cb();
-      if (opts_.clip_grad_norm_ > 0) torch::nn::utils::clip_grad_norm_(params, opts_.clip_grad_norm_);
-      optimizer_->step();
-      ++st.step;
-      for (auto& cb : step_cbs_) cb(st.step, l);
-      progress.update(st.epoch + 1, opts_.epochs_, st.batch, batches, st.loss_sum / st.samples,
-                      static_cast<double>(st.correct) / st.samples,
-                      (st.samples - samples_before) / std::max(1e-9, seconds_since(t0)));
-      if (opts_.checkpoint_every_ > 0 && st.step % opts_.checkpoint_every_ == 0 && st.batch != batches) {
-        st.seconds = seconds_before + seconds_since(t0);
-        save_checkpoint(st);
-      }
-    }
-    EpochStats es;
-    es.epoch = st.epoch + 1;
-    es.steps = st.step;
-    es.seconds = seconds_before + seconds_since(t0);
-    // The epoch's sums over every rank (this rank's own state stays as it is, for checkpoints).
-    std::vector<double> sums = {static_cast<double>(st.samples), st.loss_sum, static_cast<double>(st.correct),
-                                static_cast<double>(st.samples - samples_before)};
-    for (auto& [k, v] : st.part_sums) sums.push_back(v);
-    if (ddp) {
-      at::Tensor t = at::tensor(sums, at::kDouble);
-      pg->all_reduce(t);
-      sums.assign(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
-    }
-    const double samples = std::max(1.0, sums[0]);
-    es.samples = static_cast<int64_t>(sums[0]);
-    es.train_loss = sums[1] / samples;
-    es.train_accuracy = sums[2] / samples;
-    es.samples_per_s = sums[3] / std::max(1e-9, seconds_since(t0));
-    size_t part = 4;
-    for (auto& [k, v] : st.part_sums) es.loss_parts[k] = sums[part++] / samples;
+  for (; st.epoch < opts_.epochs_ && (st.step < run->total_steps || st.batch > 0); ++st.epoch, st.batch = 0) {
+    train_epoch(*run, st, train);
+    EpochStats es = reduce_epoch(*run, st);
     if (val) {
       auto r = evaluate(model_, *val, opts_.eval_batch_size_);
       es.val_loss = r.loss;
       es.val_accuracy = r.accuracy;
     }
-    progress.clear();
-    if (show) {
-      std::fprintf(stderr, "epoch %lld/%lld: loss %.4f acc %.2f%%", (long long)es.epoch,
-                   (long long)opts_.epochs_, es.train_loss, es.train_accuracy * 100);
-      if (val) std::fprintf(stderr, " | val loss %.4f acc %.2f%%", es.val_loss, es.val_accuracy * 100);
-      std::fprintf(stderr, " | %.0f samples/s, %.1f s\n", es.samples_per_s, es.seconds);
-    }
-    st.history.push_back(es);
-    metrics += stats_json(es).dump() + "\n";
-    if (writer_ && !opts_.metrics_path_.empty()) write_file_atomic(opts_.metrics_path_, metrics);
-    bool stop = false;
-    if (val) {
-      if (es.val_accuracy > st.best_val) {
-        st.best_val = es.val_accuracy;
-        st.epochs_since_best = 0;
-        if (writer_ && !opts_.best_path_.empty()) core::save_onnx(model_.to_graph(), opts_.best_path_);
-      } else if (opts_.patience_ > 0 && ++st.epochs_since_best >= opts_.patience_) {
-        stop = true;
-      }
-    }
-    for (auto& cb : epoch_cbs_) cb(es);
-    st.samples = st.correct = 0;
-    st.loss_sum = st.seconds = 0;
-    st.part_sums.clear();
-    // The epoch-end checkpoint points at the start of the next epoch.
-    State next = st;
-    ++next.epoch;
-    next.batch = 0;
-    save_checkpoint(next);
-    if (stop) {
-      if (show)
-        std::fprintf(stderr, "early stop: no better validation accuracy for %lld epochs (best %.2f%%)\n",
-                     (long long)opts_.patience_, st.best_val * 100);
-      break;
-    }
+    if (end_epoch(*run, st, es, val != nullptr)) break;
   }
   return st.history;
 }

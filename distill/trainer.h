@@ -151,6 +151,13 @@ class Trainer {
 
  private:
   struct State;
+  struct Run;
+  // fit()'s phases: set-up, one epoch of steps, the epoch's statistics over every rank, and its
+  // end (report, metrics, best model, early stop, checkpoint; true to stop).
+  std::unique_ptr<Run> start_run(const core::TensorDataset& train);
+  void train_epoch(Run& run, State& st, const core::TensorDataset& train);
+  EpochStats reduce_epoch(Run& run, const State& st) const;
+  bool end_epoch(Run& run, State& st, const EpochStats& es, bool validated);
   void save_checkpoint(const State& st);
   bool load_checkpoint(State& st);
   double lr_at(int64_t step, int64_t total_steps, int64_t steps_per_epoch) const;

@@ -33,14 +33,14 @@ const char* sparse_mode_name(SparseMode m) {
 Target parse_target(const std::string& s, const std::string& option) {
   if (s == "onnx") return Target::kOnnx;
   if (s == "rt") return Target::kRt;
-  throw InputError(option + " must be onnx or rt, got '" + s + "'");
+  throw InputError(option + " must be onnx or rt, got '" + s + "'").about(option);
 }
 
 SparseMode parse_sparse_mode(const std::string& s, const std::string& option) {
   if (s == "auto") return SparseMode::kAuto;
   if (s == "on") return SparseMode::kOn;
   if (s == "off") return SparseMode::kOff;
-  throw InputError(option + " must be auto, on or off, got '" + s + "'");
+  throw InputError(option + " must be auto, on or off, got '" + s + "'").about(option);
 }
 
 int ExportResult::sparse_count() const {
@@ -86,11 +86,11 @@ std::vector<InitializerDecision> plan_sparse(const core::Graph& g, SparseMode mo
     const bool has_zero = c.nonzeros < c.elements;
     switch (mode) {
       case SparseMode::kOff:
-        d.why = "--sparse off";
+        d.why = "sparse off";
         break;
       case SparseMode::kOn:
         d.sparse = has_zero;
-        d.why = !has_zero ? "no zeros" : smaller ? "--sparse on (COO is smaller)" : "--sparse on (COO is larger)";
+        d.why = !has_zero ? "no zeros" : smaller ? "sparse on (COO is smaller)" : "sparse on (COO is larger)";
         break;
       case SparseMode::kAuto:
         d.sparse = has_zero && smaller;
@@ -106,8 +106,8 @@ namespace {
 
 std::string export_line(const ExportOptions& opts, int sparse, size_t total) {
   std::ostringstream os;
-  os << "pare " << PARE_VERSION << " export --target " << target_name(opts.target_) << " --sparse "
-     << sparse_mode_name(opts.sparse_) << ": " << sparse << " of " << total
+  os << "pare " << PARE_VERSION << " export (target " << target_name(opts.target_) << ", sparse "
+     << sparse_mode_name(opts.sparse_) << "): " << sparse << " of " << total
      << " initializers stored as sparse_initializer (COO)";
   return os.str();
 }
@@ -152,8 +152,8 @@ ExportResult export_model(const core::Graph& g, const std::string& path, const E
     try {
       rt::Model::load_bytes(bytes, path);
     } catch (const std::exception& e) {
-      throw InputError("cannot export to '" + path + "' for pare_rt (--target rt), nothing written: pare_rt " +
-                       "refuses the model: " + e.what());
+      throw InputError("cannot export to '" + path + "' for pare_rt (target rt), nothing written: pare_rt " +
+                       "refuses the model: " + e.what()).about("target");
     }
   }
   write_file_atomic(path, bytes);
@@ -197,7 +197,7 @@ std::string to_text(const ExportResult& r) {
   int64_t nonzeros = 0, elements = 0;
   for (const auto& d : r.initializers)
     if (d.sparse) nonzeros += d.nonzeros, elements += d.elements;
-  std::snprintf(line, sizeof line, "sparse  %d of %zu initializers as COO (--sparse %s)", r.sparse_count(),
+  std::snprintf(line, sizeof line, "sparse  %d of %zu initializers as COO (sparse %s)", r.sparse_count(),
                 r.initializers.size(), sparse_mode_name(r.sparse));
   os << line;
   if (r.sparse_count()) {

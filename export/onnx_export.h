@@ -45,9 +45,9 @@ const char* target_name(Target t);
 /// "auto" / "on" / "off".
 const char* sparse_mode_name(SparseMode m);
 /// Parses "onnx" or "rt"; throws InputError naming `option` otherwise.
-Target parse_target(const std::string& s, const std::string& option = "--target");
+Target parse_target(const std::string& s, const std::string& option = "target");
 /// Parses "auto", "on" or "off"; throws InputError naming `option` otherwise.
-SparseMode parse_sparse_mode(const std::string& s, const std::string& option = "--sparse");
+SparseMode parse_sparse_mode(const std::string& s, const std::string& option = "sparse");
 
 /// Options of export_model.
 struct ExportOptions {

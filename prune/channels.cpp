@@ -18,6 +18,9 @@ ChannelGraph::ChannelGraph(const core::Graph& g, std::set<std::string> exclude)
   }
   for (const core::Node& n : g_.nodes) {
     const core::OpDef& op = reg.get(n.op_type);
+    PARE_CHECK(op.has_facet(kChannelFacet), "channel pruning cannot follow channels through ", n.describe(),
+               ": op ", n.op_type, " declares no elementwise, reduction or pooling traits in the op registry and "
+               "has no '", kChannelFacet, "' facet");
     op.facet<ChannelFacet>(kChannelFacet).propagate(n, *this);
     for (const auto& o : n.outputs) {
       if (o.empty()) continue;

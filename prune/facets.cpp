@@ -351,64 +351,53 @@ std::optional<WeightRole> weight_at(const Node& n, const core::Graph& g, int inp
 
 }  // namespace
 
-void register_prune_facets(core::OpRegistry& reg) {
-  auto weight = [&](const char* op, std::function<std::optional<WeightRole>(const Node&, const core::Graph&)> fn) {
-    reg.mutable_get(op).set_facet(kWeightFacet, WeightFacet{std::move(fn)});
+void attach_prune_facets(core::OpDef& op) {
+  using WeightFn = std::function<std::optional<WeightRole>(const Node&, const core::Graph&)>;
+  static const std::map<std::string, WeightFn> weights = {
+      {"Conv", [](const Node& n, const core::Graph& g) { return weight_at(n, g, 1, 1); }},
+      {"ConvTranspose", [](const Node& n, const core::Graph& g) { return weight_at(n, g, 1, 0); }},
+      {"Gemm", [](const Node& n, const core::Graph& g) { return weight_at(n, g, 1, n.attr_int("transB", 0) != 0 ? 1 : 0); }},
+      {"MatMul", [](const Node& n, const core::Graph& g) -> std::optional<WeightRole> {
+         auto rank2 = [&](int i) {
+           return n.has_input(i) && g.is_initializer(n.inputs[i]) && g.initializers.at(n.inputs[i]).dim() == 2;
+         };
+         if (rank2(1) && !g.is_initializer(n.inputs[0])) return WeightRole{1, 0};
+         if (rank2(0) && !g.is_initializer(n.inputs[1])) return WeightRole{0, 1};
+         return std::nullopt;
+       }},
   };
-  weight("Conv", [](const Node& n, const core::Graph& g) { return weight_at(n, g, 1, 1); });
-  weight("ConvTranspose", [](const Node& n, const core::Graph& g) { return weight_at(n, g, 1, 0); });
-  weight("Gemm", [](const Node& n, const core::Graph& g) {
-    return weight_at(n, g, 1, n.attr_int("transB", 0) != 0 ? 1 : 0);
-  });
-  weight("MatMul", [](const Node& n, const core::Graph& g) -> std::optional<WeightRole> {
-    auto rank2 = [&](int i) { return n.has_input(i) && g.is_initializer(n.inputs[i]) && g.initializers.at(n.inputs[i]).dim() == 2; };
-    if (rank2(1) && !g.is_initializer(n.inputs[0])) return WeightRole{1, 0};
-    if (rank2(0) && !g.is_initializer(n.inputs[1])) return WeightRole{0, 1};
-    return std::nullopt;
-  });
+  using ChannelFn = std::function<void(const Node&, ChannelGraph&)>;
+  auto like_reshape = [](const Node& n, ChannelGraph& cg) { reshape_like(n, cg); };
+  static const std::map<std::string, ChannelFn> by_name = {
+      {"Conv", conv}, {"ConvTranspose", conv_transpose}, {"Gemm", gemm}, {"MatMul", matmul},
+      {"BatchNormalization", batch_norm}, {"LayerNormalization", layer_norm}, {"Softmax", softmax},
+      {"LogSoftmax", softmax}, {"Transpose", transpose}, {"Concat", concat}, {"Reshape", reshape},
+      {"Flatten", like_reshape}, {"Squeeze", like_reshape}, {"Unsqueeze", like_reshape},
+      {"Shape", shape_only}, {"Size", shape_only}};
+  // Marked unsupported: the dims these touch keep their size. An op that is in no list here and
+  // whose traits say nothing gets no facet, and the analysis of a graph that uses it fails naming
+  // the op.
+  static const std::set<std::string> blocking = {
+      "Gather", "GatherElements", "Slice", "Constant", "ConstantOfShape", "Expand", "Split", "Range", "Tile", "Pad",
+      "AllReduce", "AllGather",
+      // core/ops_quant.cpp
+      "QuantizeLinear", "DequantizeLinear", "MatMulNBits", "FakeQuantize", "DynamicQuantizeLinear", "MatMulInteger"};
 
-  auto channels = [&](const std::vector<std::string>& ops, std::function<void(const Node&, ChannelGraph&)> fn,
-                      bool supported = true) {
-    for (const auto& op : ops) reg.mutable_get(op).set_facet(kChannelFacet, ChannelFacet{fn, supported});
-  };
-  channels({"Conv"}, conv);
-  channels({"ConvTranspose"}, conv_transpose);
-  channels({"Gemm"}, gemm);
-  channels({"MatMul"}, matmul);
-  channels({"BatchNormalization"}, batch_norm);
-  channels({"LayerNormalization"}, layer_norm);
-  // The ops whose core traits say how they map elements: no list of names here.
-  auto with = [&reg](const std::function<bool(const core::OpTraits&)>& pred) {
-    std::vector<std::string> ops;
-    for (const auto& name : reg.names())
-      if (pred(reg.get(name).traits)) ops.push_back(name);
-    return ops;
-  };
-  channels(with([](const core::OpTraits& t) { return t.spatial_pool; }), pool);
-  channels({"Softmax", "LogSoftmax"}, softmax);
-  channels({"Transpose"}, transpose);
-  channels({"Concat"}, concat);
-  channels({"Reshape"}, reshape);
-  channels({"Flatten", "Squeeze", "Unsqueeze"}, [](const Node& n, ChannelGraph& cg) { reshape_like(n, cg); });
-  channels({"Shape", "Size"}, shape_only);
-  channels(with([](const core::OpTraits& t) { return t.reduction != core::OpTraits::Reduction::kNo; }), reduce);
-  // Elementwise, unary or with numpy broadcasting: arithmetic, comparisons, logic, activations,
-  // Clip, Cast, Where, Dropout, Identity, the variadic Sum/Mean/Max/Min.
-  channels(with([](const core::OpTraits& t) { return t.elementwise != core::OpTraits::Elementwise::kNo; }),
-           elementwise);
-  // Marked unsupported: the dims these touch keep their size. An op in none of these lists has
-  // no facet, and the analysis of a graph that uses it fails naming the op.
-  channels({"Gather", "GatherElements", "Slice", "Constant", "ConstantOfShape", "Expand", "Split",
-            "Range", "Tile", "Pad", "AllReduce", "AllGather"},
-           block_all, false);
-  for (const char* q : {"QuantizeLinear", "DequantizeLinear", "MatMulNBits", "FakeQuantize",
-                        "DynamicQuantizeLinear", "MatMulInteger"})  // core/ops_quant.cpp
-    if (reg.find(q)) channels({q}, block_all, false);
+  if (auto w = weights.find(op.name); w != weights.end()) op.set_facet(kWeightFacet, WeightFacet{w->second});
+  const core::OpTraits& t = op.traits;
+  if (auto c = by_name.find(op.name); c != by_name.end()) op.set_facet(kChannelFacet, ChannelFacet{c->second, true});
+  // The ops whose core traits say how they map elements: no list of names here. Elementwise,
+  // unary or with numpy broadcasting, covers arithmetic, comparisons, logic, activations, Clip,
+  // Cast, Where, Dropout, Identity and the variadic Sum/Mean/Max/Min.
+  else if (t.spatial_pool) op.set_facet(kChannelFacet, ChannelFacet{pool, true});
+  else if (t.reduction != core::OpTraits::Reduction::kNo) op.set_facet(kChannelFacet, ChannelFacet{reduce, true});
+  else if (t.elementwise != core::OpTraits::Elementwise::kNo) op.set_facet(kChannelFacet, ChannelFacet{elementwise, true});
+  else if (blocking.count(op.name)) op.set_facet(kChannelFacet, ChannelFacet{block_all, false});
 }
 
 const core::OpRegistry& prune_registry() {
   static std::once_flag once;
-  std::call_once(once, [] { register_prune_facets(core::OpRegistry::global()); });
+  std::call_once(once, [] { core::OpRegistry::global().add_facet_provider(attach_prune_facets); });
   return core::OpRegistry::global();
 }
 

@@ -1,6 +1,6 @@
 // prune/'s facets on the op registry, and the channel analysis they feed.
 //
-// Two facets, attached to the core ops by register_prune_facets() (prune/facets.cpp):
+// Two facets, attached to every op by attach_prune_facets() (prune/facets.cpp):
 //   "prune.weight"    (WeightFacet)   which input is the op's prunable weight and which of its
 //                                      axes runs along the op's input (reduction) dimension;
 //                                      used by unstructured and N:M pruning.
@@ -37,9 +37,11 @@ namespace pare::prune {
 inline constexpr const char* kWeightFacet = "prune.weight";
 inline constexpr const char* kChannelFacet = "prune.channels";
 
-/// Registers prune's facets on `reg`'s core ops (explicitly, not by static initializers).
-void register_prune_facets(core::OpRegistry& reg);
-/// The global registry with prune's facets attached (done once, thread-safe).
+/// Attaches prune's facets to one op: weight roles by name (Conv, ConvTranspose, Gemm, MatMul),
+/// channel propagation by name or, for elementwise, reduction and pooling ops, by core traits.
+void attach_prune_facets(core::OpDef& op);
+/// The global registry with attach_prune_facets as a facet provider (added once, thread-safe): every
+/// op, registered before or after, has prune's facets.
 const core::OpRegistry& prune_registry();
 
 /// The prunable weight of one node.

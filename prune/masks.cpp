@@ -14,8 +14,8 @@
 namespace pare::prune {
 
 void MaskOptions::validate() const {
-  PARE_CHECK(std::isfinite(sparsity_) && sparsity_ >= 0.0 && sparsity_ <= 1.0,
-             "--sparsity must lie in [0, 1] (a fraction of the weights), got ", sparsity_);
+  PARE_CHECK_OPTION(std::isfinite(sparsity_) && sparsity_ >= 0.0 && sparsity_ <= 1.0, "sparsity",
+                    "must lie in [0, 1] (a fraction of the weights), got ", sparsity_);
   if (method_ == MaskMethod::kNM) {
     PARE_CHECK(m_ >= 1, "N:M pruning needs m >= 1, got m = ", m_);
     PARE_CHECK(n_ >= 0 && n_ <= m_, "N:M pruning needs 0 <= n <= m, got n = ", n_, ", m = ", m_);
@@ -44,10 +44,10 @@ std::vector<WeightTarget> find_targets(const core::Graph& g, const std::vector<s
   };
   std::set<std::string> ex;
   for (const std::string& e : exclude) {
-    PARE_CHECK(node_names.count(e), "--exclude '", e, "': model '", g.name,
+    PARE_CHECK_OPTION(node_names.count(e), "exclude", "'", e, "': model '", g.name,
                "' has no node of that name; prunable layers: ", names_of());
     bool prunable = std::any_of(all.begin(), all.end(), [&](const WeightTarget& t) { return t.node == e; });
-    PARE_CHECK(prunable, "--exclude '", e, "': node has no prunable weight; prunable layers: ", names_of());
+    PARE_CHECK_OPTION(prunable, "exclude", "'", e, "': node has no prunable weight; prunable layers: ", names_of());
     ex.insert(e);
   }
   std::vector<WeightTarget> out;

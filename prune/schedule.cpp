@@ -36,6 +36,20 @@ SparsitySchedule SparsitySchedule::gradual(double final_sparsity, double initial
   return SparsitySchedule(Kind::kGradual, final_sparsity, initial_sparsity, t0, t0 + n * dt, dt, n);
 }
 
+SparsitySchedule SparsitySchedule::over_training(const std::string& kind, double final_sparsity, int64_t total_steps,
+                                                 double end, int64_t every, int64_t iterations) {
+  PARE_CHECK_OPTION(kind == "oneshot" || kind == "iterative" || kind == "gradual", "schedule",
+                    "must be oneshot, iterative or gradual, got '", kind, "'");
+  PARE_CHECK_OPTION(end > 0 && end <= 1, "prune_end", "must lie in (0, 1], got ", end);
+  PARE_CHECK_OPTION(every >= 0, "prune_every", "must be >= 0, got ", every);
+  PARE_CHECK_OPTION(iterations >= 1, "iterations", "must be at least 1, got ", iterations);
+  if (kind == "oneshot") return one_shot(final_sparsity);
+  const int64_t last = std::max<int64_t>(1, static_cast<int64_t>(end * total_steps));
+  if (kind == "iterative") return iterative(final_sparsity, iterations, 0, last);
+  const int64_t dt = every > 0 ? every : std::max<int64_t>(1, last / 20);
+  return gradual(final_sparsity, 0.0, 0, std::max<int64_t>(1, last / dt), dt);
+}
+
 double SparsitySchedule::at(int64_t step) const {
   switch (kind_) {
     case Kind::kOneShot:

@@ -26,6 +26,12 @@ class SparsitySchedule {
   /// steps from t0 to t0 + n dt.
   static SparsitySchedule gradual(double final_sparsity, double initial_sparsity, int64_t t0,
                                   int64_t n, int64_t dt);
+  /// A schedule named by `kind` ("oneshot", "iterative" or "gradual") over a run of
+  /// `total_steps` optimizer steps that reaches `final_sparsity` after the fraction `end` of them
+  /// (in (0, 1]): iterative in `iterations` equal increments; gradual updated every `every` steps
+  /// (0: 20 updates). Throws InputError naming the option that is out of range.
+  static SparsitySchedule over_training(const std::string& kind, double final_sparsity, int64_t total_steps,
+                                        double end = 0.75, int64_t every = 0, int64_t iterations = 4);
 
   /// Sparsity the masks should have after `step` optimizer steps.
   double at(int64_t step) const;
@@ -56,6 +62,7 @@ class MaskedPruning {
   MaskedPruning(core::Module& model, std::vector<WeightTarget> targets, MaskOptions opts,
                 SparsitySchedule schedule);
 
+  const SparsitySchedule& schedule() const { return schedule_; }
   /// Prunes to the schedule's sparsity at step 0 (nothing for a gradual schedule starting at 0).
   void start();
   /// Call after every optimizer step: recomputes the masks when the schedule says so, then

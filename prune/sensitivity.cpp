@@ -14,7 +14,7 @@ namespace pare::prune {
 std::vector<SensitivityRow> sensitivity_scan(const core::Graph& g, const ScanOptions& opts,
                                              const std::function<double(const core::Graph&)>& evaluate) {
   for (double r : opts.ratios_)
-    PARE_CHECK(std::isfinite(r) && r >= 0 && r <= 1, "--ratios: each ratio must lie in [0, 1], got ", r);
+    PARE_CHECK_OPTION(std::isfinite(r) && r >= 0 && r <= 1, "ratios", "must each lie in [0, 1], got ", r);
   std::vector<SensitivityRow> rows;
   if (!opts.channels_) {
     auto targets = find_targets(g, opts.exclude_);

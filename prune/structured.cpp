@@ -19,7 +19,7 @@ Importance parse_importance(const std::string& s) {
   if (s == "l2") return Importance::kL2;
   if (s == "bn-scale") return Importance::kBnScale;
   if (s == "taylor") return Importance::kTaylor;
-  throw InputError("--importance must be l1, l2, bn-scale or taylor, got '" + s + "'");
+  throw InputError("importance must be l1, l2, bn-scale or taylor, got '" + s + "'").about("importance");
 }
 
 const char* importance_name(Importance i) {
@@ -153,32 +153,26 @@ std::string ChannelPruneResult::report() const {
   return os.str();
 }
 
-ChannelPruneResult prune_channels(const core::Graph& src, const ChannelOptions& opts) {
-  PARE_CHECK(std::isfinite(opts.sparsity_) && opts.sparsity_ >= 0 && opts.sparsity_ <= 1,
-             "--sparsity must lie in [0, 1] (a fraction of the channels), got ", opts.sparsity_);
-  core::Graph g = src;
-  {
-    std::set<std::string> names;
-    for (auto& n : g.nodes) names.insert(n.name);
-    for (auto& e : opts.exclude_)
-      PARE_CHECK(names.count(e), "--exclude '", e, "': model '", g.name, "' has no node of that name");
-  }
-  // Shared constants get copies: name -> the constant it copies (see merge_equal_copies).
-  std::map<std::string, std::string> origin;
-  auto readers = [&] {
-    std::map<std::string, int> r;
-    for (auto& n : g.nodes)
-      for (const auto& in : std::set<std::string>(n.inputs.begin(), n.inputs.end()))
-        if (g.is_initializer(in)) ++r[in];
-    return r;
-  };
-  // Constants that are merely equal: those torch.onnx.export stored once and reads through
-  // Identity, and tensors of one repeated value (a fresh model's zero biases, which it may also
-  // read directly from several nodes) carry nothing per channel to keep tied: one copy per reader.
-  // So does a shape constant shared by several Reshapes (the zoo transformer shares one across
-  // layers), so each layer can keep its own number of heads.
+namespace {
+
+// How many nodes read each initializer.
+std::map<std::string, int> initializer_readers(const core::Graph& g) {
+  std::map<std::string, int> r;
+  for (auto& n : g.nodes)
+    for (const auto& in : std::set<std::string>(n.inputs.begin(), n.inputs.end()))
+      if (g.is_initializer(in)) ++r[in];
+  return r;
+}
+
+// Constants that are merely equal: those torch.onnx.export stored once and reads through
+// Identity, and tensors of one repeated value (a fresh model's zero biases, which it may also
+// read directly from several nodes) carry nothing per channel to keep tied: one copy per reader.
+// So does a shape constant shared by several Reshapes (the zoo transformer shares one across
+// layers), so each layer can keep its own number of heads. Returns the equal-valued constants
+// copied; `origin` maps each copy to the constant it copies.
+std::set<std::string> copy_shared_constants(core::Graph& g, std::map<std::string, std::string>& origin) {
   std::set<std::string> equal_constants;
-  for (auto& [name, count] : readers()) {
+  for (auto& [name, count] : initializer_readers(g)) {
     const at::Tensor& t = g.initializers.at(name);
     if (count > 1 && t.numel() > 1 && at::equal(t, t.reshape(-1)[0].expand_as(t))) equal_constants.insert(name);
   }
@@ -190,21 +184,27 @@ ChannelPruneResult prune_channels(const core::Graph& src, const ChannelOptions& 
   copy_constant_identities(g, origin);
   for (const auto& s : equal_constants) clone_per_consumer(g, s, origin);
   for (const auto& s : reshape_shapes) clone_per_consumer(g, s, origin);
+  return equal_constants;
+}
 
-  // A weight read by several nodes stays tied while its readers shrink together. One tied to a
-  // group that cannot shrink is cloned per reader and the graph analysed again: where the tie was
-  // what kept a group whole, the copies now shrink apart; elsewhere they stay equal and are one
-  // tensor again after slicing.
-  const std::set<std::string> excluded(opts.exclude_.begin(), opts.exclude_.end());
-  auto cg_ptr = std::make_unique<ChannelGraph>(g, excluded);
-  std::vector<std::string> untied;
-  for (auto& [name, count] : readers())
-    if (count > 1 && cg_ptr->tied_to_blocked(name)) untied.push_back(name);
+// The channel graph of `g`. A weight read by several nodes stays tied while its readers shrink
+// together. One tied to a group that cannot shrink is cloned per reader (listed in `untied`) and
+// the graph analysed again: where the tie was what kept a group whole, the copies now shrink
+// apart; elsewhere they stay equal and are one tensor again after slicing.
+std::unique_ptr<ChannelGraph> analyse(core::Graph& g, const std::vector<std::string>& exclude,
+                                      std::map<std::string, std::string>& origin, std::vector<std::string>& untied) {
+  const std::set<std::string> excluded(exclude.begin(), exclude.end());
+  auto cg = std::make_unique<ChannelGraph>(g, excluded);
+  for (auto& [name, count] : initializer_readers(g))
+    if (count > 1 && cg->tied_to_blocked(name)) untied.push_back(name);
   for (const auto& name : untied) clone_per_consumer(g, name, origin);
-  if (!untied.empty()) cg_ptr = std::make_unique<ChannelGraph>(g, excluded);
-  const ChannelGraph& cg = *cg_ptr;
-  const auto infos = cg.groups();
-  for (const auto& e : opts.exclude_) {
+  if (!untied.empty()) cg = std::make_unique<ChannelGraph>(g, excluded);
+  return cg;
+}
+
+// Every excluded name must be a node that creates channels.
+void check_excluded_sources(const std::vector<ChannelGraph::GroupInfo>& infos, const std::vector<std::string>& exclude) {
+  for (const auto& e : exclude) {
     std::string sources;
     bool found = false;
     for (const auto& gi : infos)
@@ -212,12 +212,55 @@ ChannelPruneResult prune_channels(const core::Graph& src, const ChannelOptions& 
         found = found || s == e;
         sources += (sources.empty() ? "" : ", ") + s;
       }
-    PARE_CHECK(found, "--exclude '", e, "': node creates no channels (only Conv, Gemm and MatMul nodes with a weight do: ",
-               sources, ")");
+    PARE_CHECK_OPTION(found, "exclude", "'", e,
+                      "': node creates no channels (only Conv, Gemm and MatMul nodes with a weight do: ", sources, ")");
   }
+}
+
+// The importance of each channel of group `gi`: summed over the members that compute it (or its
+// BatchNorm scales). `crit` may fall back from bn-scale to l1 where the group has no scale.
+at::Tensor channel_scores(const ChannelGraph& cg, const core::Graph& g, const ChannelGraph::GroupInfo& gi,
+                          Importance& crit, const ChannelOptions& opts,
+                          const std::map<std::string, std::string>& origin) {
   const auto& members = cg.members();
-  ChannelPruneResult result;
-  std::map<int, std::vector<int64_t>> kept;  // root -> kept channels
+  auto has_role = [&](Role r) {
+    for (const Member& m : members)
+      if (m.kind == Member::Kind::kTensor && m.role == r)
+        for (const Span& sp : spans(cg, m.layout))
+          if (sp.root == gi.id) return true;
+    return false;
+  };
+  if (crit == Importance::kBnScale && !has_role(Role::kScale)) crit = Importance::kL1;
+  at::Tensor score = at::zeros({gi.channels}, at::kDouble);
+  std::set<std::pair<std::string, int64_t>> done;
+  for (const Member& m : members) {
+    if (m.kind != Member::Kind::kTensor) continue;
+    const bool wanted = crit == Importance::kBnScale ? m.role == Role::kScale : m.role == Role::kProduce;
+    if (!wanted || !done.insert({m.name, m.axis}).second) continue;
+    at::Tensor w = g.initializers.at(m.name).detach().to(at::kDouble);
+    if (crit == Importance::kTaylor) {
+      PARE_CHECK(opts.taylor_ != nullptr, "taylor importance needs gradients (data)");
+      auto it = opts.taylor_->find(origin.count(m.name) ? origin.at(m.name) : m.name);
+      if (it == opts.taylor_->end()) continue;
+      w = it->second.detach().to(at::kDouble).cpu();
+    }
+    for (const Span& sp : spans(cg, m.layout)) {
+      if (sp.root != gi.id) continue;
+      at::Tensor v = per_channel(w, m.axis, sp);
+      score += crit == Importance::kL2 ? v.pow(2).sum(1) : crit == Importance::kTaylor ? v.sum(1).pow(2) : v.abs().sum(1);
+    }
+  }
+  return crit == Importance::kL2 ? score.sqrt() : score;
+}
+
+// Chooses the channels each unblocked group keeps (root -> sorted channel indices), recording a
+// GroupResult per group in `result`.
+std::map<int, std::vector<int64_t>> choose_channels(const ChannelGraph& cg,
+                                                    const std::vector<ChannelGraph::GroupInfo>& infos,
+                                                    const core::Graph& g, const ChannelOptions& opts,
+                                                    const std::map<std::string, std::string>& origin,
+                                                    ChannelPruneResult& result) {
+  std::map<int, std::vector<int64_t>> kept;
   for (const auto& gi : infos) {
     GroupResult gr;
     gr.sources = gi.sources;
@@ -228,46 +271,18 @@ ChannelPruneResult prune_channels(const core::Graph& src, const ChannelOptions& 
       result.groups.push_back(gr);
       continue;
     }
-    const int64_t remove = static_cast<int64_t>(std::floor(opts.sparsity_ * gi.channels + 1e-9));
-    const int64_t keep = gi.channels - remove;
+    const int64_t keep = gi.channels - static_cast<int64_t>(std::floor(opts.sparsity_ * gi.channels + 1e-9));
     std::string src_names;
     for (auto& s : gi.sources) src_names += (src_names.empty() ? "" : ", ") + s;
-    PARE_CHECK(keep >= 1, "structured pruning at sparsity ", opts.sparsity_, " would remove every one of the ",
-               gi.channels, " channels of ", src_names, "; use a sparsity below 1 or --exclude ",
-               gi.sources.empty() ? "" : gi.sources.front());
-    // Importance of each channel: summed over the members that compute it (or BN scales).
+    if (keep < 1)
+      throw InputError(detail::concat("structured pruning at sparsity ", opts.sparsity_,
+                                      " would remove every one of the ", gi.channels, " channels of ", src_names,
+                                      "; use a lower sparsity or exclude ",
+                                      gi.sources.empty() ? "" : gi.sources.front()))
+          .about("sparsity")
+          .about("exclude");
     Importance crit = opts.importance_;
-    auto has_role = [&](Role r) {
-      for (const Member& m : members)
-        if (m.kind == Member::Kind::kTensor && m.role == r)
-          for (const Span& sp : spans(cg, m.layout))
-            if (sp.root == gi.id) return true;
-      return false;
-    };
-    if (crit == Importance::kBnScale && !has_role(Role::kScale)) crit = Importance::kL1;
-    at::Tensor score = at::zeros({gi.channels}, at::kDouble);
-    std::set<std::pair<std::string, int64_t>> done;
-    for (const Member& m : members) {
-      if (m.kind != Member::Kind::kTensor) continue;
-      const bool wanted = crit == Importance::kBnScale ? m.role == Role::kScale : m.role == Role::kProduce;
-      if (!wanted || !done.insert({m.name, m.axis}).second) continue;
-      at::Tensor w = g.initializers.at(m.name).detach().to(at::kDouble);
-      if (crit == Importance::kTaylor) {
-        PARE_CHECK(opts.taylor_ != nullptr, "taylor importance needs gradients (data)");
-        auto it = opts.taylor_->find(origin.count(m.name) ? origin.at(m.name) : m.name);
-        if (it == opts.taylor_->end()) continue;
-        w = it->second.detach().to(at::kDouble).cpu();
-      }
-      for (const Span& sp : spans(cg, m.layout)) {
-        if (sp.root != gi.id) continue;
-        at::Tensor v = per_channel(w, m.axis, sp);
-        at::Tensor s = crit == Importance::kL2 ? v.pow(2).sum(1)
-                       : crit == Importance::kTaylor ? v.sum(1).pow(2)
-                                                     : v.abs().sum(1);
-        score += s;
-      }
-    }
-    if (crit == Importance::kL2) score = score.sqrt();
+    at::Tensor score = channel_scores(cg, g, gi, crit, opts, origin);
     at::Tensor order = std::get<1>(score.sort(/*stable=*/true, 0, /*descending=*/true));
     std::vector<int64_t> k = core::to_int_vector(order.narrow(0, 0, keep));
     std::sort(k.begin(), k.end());
@@ -277,9 +292,11 @@ ChannelPruneResult prune_channels(const core::Graph& src, const ChannelOptions& 
     gr.criterion = importance_name(crit);
     result.groups.push_back(gr);
   }
-  PARE_CHECK(!infos.empty() && std::any_of(infos.begin(), infos.end(), [](const auto& gi) { return !gi.blocked; }),
-             "model '", g.name, "' has no channels that structured pruning can remove:\n", cg.describe());
+  return kept;
+}
 
+// Slices every member (tensor dims, shape entries, attributes) down to the kept channels.
+void slice_members(core::Graph& g, const ChannelGraph& cg, const std::map<int, std::vector<int64_t>>& kept) {
   // Element indices of a dim that survive, and its new size.
   auto surviving = [&](const Layout& l) {
     std::vector<int64_t> idx;
@@ -295,7 +312,7 @@ ChannelPruneResult prune_channels(const core::Graph& src, const ChannelOptions& 
     return idx;
   };
   std::set<std::pair<std::string, int64_t>> sliced;
-  for (const Member& m : members) {
+  for (const Member& m : cg.members()) {
     if (m.kind == Member::Kind::kTensor) {
       if (!sliced.insert({m.name, m.axis}).second) continue;
       at::Tensor& t = g.initializers.at(m.name);
@@ -312,6 +329,32 @@ ChannelPruneResult prune_channels(const core::Graph& src, const ChannelOptions& 
         if (n.name == m.name) n.attrs[m.attr] = static_cast<int64_t>(surviving(m.layout).size());
     }
   }
+}
+
+}  // namespace
+
+ChannelPruneResult prune_channels(const core::Graph& src, const ChannelOptions& opts) {
+  PARE_CHECK_OPTION(std::isfinite(opts.sparsity_) && opts.sparsity_ >= 0 && opts.sparsity_ <= 1, "sparsity",
+                    "must lie in [0, 1] (a fraction of the channels), got ", opts.sparsity_);
+  core::Graph g = src;
+  {
+    std::set<std::string> names;
+    for (auto& n : g.nodes) names.insert(n.name);
+    for (auto& e : opts.exclude_)
+      PARE_CHECK_OPTION(names.count(e), "exclude", "'", e, "': model '", g.name, "' has no node of that name");
+  }
+  std::map<std::string, std::string> origin;  // copy -> the constant it copies (see merge_equal_copies)
+  const std::set<std::string> equal_constants = copy_shared_constants(g, origin);
+  std::vector<std::string> untied;
+  const std::unique_ptr<ChannelGraph> cg = analyse(g, opts.exclude_, origin, untied);
+  const auto infos = cg->groups();
+  check_excluded_sources(infos, opts.exclude_);
+  ChannelPruneResult result;
+  const std::map<int, std::vector<int64_t>> kept = choose_channels(*cg, infos, g, opts, origin, result);
+  PARE_CHECK(std::any_of(infos.begin(), infos.end(), [](const auto& gi) { return !gi.blocked; }),
+             "model '", g.name, "' has no channels that structured pruning can remove:\n", cg->describe());
+  slice_members(g, *cg, kept);
+
   const std::map<std::string, int> split = merge_equal_copies(g, origin);
   if (!equal_constants.empty()) {
     int after = 0;
@@ -352,6 +395,20 @@ TaylorScores taylor_scores(core::Module& m, const std::function<at::Tensor()>& l
   for (auto& p : params)
     if (p.grad().defined()) p.mutable_grad().zero_();
   return acc;
+}
+
+TaylorScores taylor_scores(core::Module& m, const core::TensorDataset& data, int64_t batch_size, int64_t batches) {
+  PARE_CHECK_OPTION(batches >= 1, "taylor_batches", "must be at least 1, got ", batches);
+  core::require_labels(data, "taylor importance (gradients of the loss)");
+  PARE_CHECK(data.size() >= 1, "taylor importance needs data; '", data.name, "' is empty");
+  m.train();
+  const int64_t bs = std::max<int64_t>(1, std::min<int64_t>(batch_size, data.size()));
+  int64_t b = 0;
+  return taylor_scores(m, [&] {
+    const int64_t start = (b++ * bs) % std::max<int64_t>(1, data.size() - bs + 1);
+    at::Tensor logits = m.forward({data.x.narrow(0, start, bs)}).at(0);
+    return at::cross_entropy_loss(logits, data.y.narrow(0, start, bs));
+  }, batches);
 }
 
 }  // namespace pare::prune

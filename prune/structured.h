@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "core/data.h"
 #include "core/graph.h"
 
 namespace pare::core {
@@ -81,5 +82,9 @@ ChannelPruneResult prune_channels(const core::Graph& g, const ChannelOptions& op
 /// Sums gradient x weight of every parameter of `m` over `batches` calls of `loss` (each returns
 /// the loss of one batch, computed with m in training or eval mode as the caller chooses).
 TaylorScores taylor_scores(core::Module& m, const std::function<at::Tensor()>& loss, int64_t batches);
+/// The same with the cross-entropy loss of `m` (in training mode) on `batches` consecutive
+/// batches of `batch_size` rows of the labelled `data`, wrapping around. Throws InputError when
+/// `batches` < 1 or `data` has no labels.
+TaylorScores taylor_scores(core::Module& m, const core::TensorDataset& data, int64_t batch_size, int64_t batches);
 
 }  // namespace pare::prune

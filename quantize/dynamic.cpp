@@ -33,7 +33,7 @@ DynamicResult quantize_dynamic(const core::Graph& fp32, const DynamicOptions& op
   check_not_quantized(fp32, "model '" + fp32.name + "'");
   PARE_CHECK(fp32.opset >= 13, "model '", fp32.name, "' uses opset ", fp32.opset,
              "; per-axis quantization needs opset 13 or later (re-export it)");
-  check_names(fp32, opts.exclude_, "--exclude");
+  check_names(fp32, opts.exclude_, "exclude");
   DynamicResult res;
   core::Graph g = fp32;
   g.topo_sort();

@@ -24,44 +24,42 @@ using core::Graph;
 using core::Node;
 using Kind = QuantPolicy::Kind;
 
-void register_quantize_policies(core::OpRegistry& reg) {
-  auto compute = [](int64_t (*axis)(const Node&, int64_t), int bias) {
-    QuantPolicy p;
-    p.kind = Kind::kCompute;
-    p.activation_inputs = {0};
-    p.weight_input = 1;
-    p.bias_input = bias;
-    p.weight_axis = axis;
-    return p;
-  };
-  std::map<std::string, QuantPolicy> known;
-  known["Conv"] = compute([](const Node&, int64_t) -> int64_t { return 0; }, 2);
-  known["Gemm"] = compute(
-      [](const Node& n, int64_t) -> int64_t { return n.attr_int("transB", 0) != 0 ? 0 : 1; }, 2);
-  // MatMul x @ W with W [K, N]: output channels along the last axis.
-  known["MatMul"] = compute([](const Node&, int64_t rank) -> int64_t { return rank == 2 ? 1 : -1; }, -1);
-  for (const char* op : {"Relu", "Clip"}) known[op].kind = Kind::kFusable;
-  for (const char* op : {"MaxPool", "Flatten", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Identity",
-                         "Dropout"})
-    known[op].kind = Kind::kPassthrough;
-  for (const auto& name : reg.names()) {
-    QuantPolicy p;
-    auto it = known.find(name);
-    if (it != known.end()) {
-      p = it->second;
-    } else if (name == "QuantizeLinear" || name == "DequantizeLinear") {
-      p.why_not = "it is itself a quantization op";
-    } else {
-      p.why_not = "pare quantizes only Conv, Gemm and MatMul with a constant weight (" + name +
-                  " runs in fp32 on dequantized inputs)";
-    }
-    reg.mutable_get(name).set_facet(kPolicyFacet, p);
+void attach_quantize_policy(core::OpDef& op) {
+  static const std::map<std::string, QuantPolicy> known = [] {
+    auto compute = [](int64_t (*axis)(const Node&, int64_t), int bias) {
+      QuantPolicy p;
+      p.kind = Kind::kCompute;
+      p.activation_inputs = {0};
+      p.weight_input = 1;
+      p.bias_input = bias;
+      p.weight_axis = axis;
+      return p;
+    };
+    std::map<std::string, QuantPolicy> m;
+    m["Conv"] = compute([](const Node&, int64_t) -> int64_t { return 0; }, 2);
+    m["Gemm"] = compute([](const Node& n, int64_t) -> int64_t { return n.attr_int("transB", 0) != 0 ? 0 : 1; }, 2);
+    // MatMul x @ W with W [K, N]: output channels along the last axis.
+    m["MatMul"] = compute([](const Node&, int64_t rank) -> int64_t { return rank == 2 ? 1 : -1; }, -1);
+    for (const char* name : {"Relu", "Clip"}) m[name].kind = Kind::kFusable;
+    for (const char* name : {"MaxPool", "Flatten", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Identity", "Dropout"})
+      m[name].kind = Kind::kPassthrough;
+    return m;
+  }();
+  QuantPolicy p;
+  if (auto it = known.find(op.name); it != known.end()) {
+    p = it->second;
+  } else if (op.name == "QuantizeLinear" || op.name == "DequantizeLinear") {
+    p.why_not = "it is itself a quantization op";
+  } else {
+    p.why_not = "pare quantizes only Conv, Gemm and MatMul with a constant weight (" + op.name +
+                " runs in fp32 on dequantized inputs)";
   }
+  op.set_facet(kPolicyFacet, p);
 }
 
 const QuantPolicy& policy_of(const std::string& op_type) {
   static std::once_flag once;
-  std::call_once(once, [] { register_quantize_policies(core::OpRegistry::global()); });
+  std::call_once(once, [] { core::OpRegistry::global().add_facet_provider(attach_quantize_policy); });
   return core::OpRegistry::global().get(op_type).facet<QuantPolicy>(kPolicyFacet);
 }
 
@@ -104,8 +102,8 @@ bool matches(const Node& n, const std::vector<std::string>& list) {
 void check_names(const Graph& g, const std::vector<std::string>& list, const std::string& option) {
   for (auto& e : list) {
     const bool any = std::any_of(g.nodes.begin(), g.nodes.end(), [&](const Node& n) { return matches(n, {e}); });
-    PARE_CHECK(any, option, " ", e, ": no node has this name or op type (node names are listed by "
-               "'pare inspect MODEL')");
+    PARE_CHECK_OPTION(any, option, e, ": no node has this name or op type (node names are listed by "
+                      "'pare inspect MODEL')");
   }
 }
 
@@ -114,17 +112,17 @@ namespace {
 // Every entry of --include / --exclude must name something; --include entries must be
 // quantizable.
 void check_lists(const Graph& g, const PtqOptions& o) {
-  check_names(g, o.include_, "--include");
-  check_names(g, o.exclude_, "--exclude");
+  check_names(g, o.include_, "include");
+  check_names(g, o.exclude_, "exclude");
   for (auto& e : o.include_)
     for (auto& n : g.nodes) {
       if (!matches(n, {e})) continue;
       const QuantPolicy& p = policy_of(n.op_type);
-      PARE_CHECK(p.kind == Kind::kCompute, "--include ", e, ": ", n.describe(), " cannot be quantized: ",
-                 p.why_not.empty() ? "it has no weight of its own" : p.why_not);
-      PARE_CHECK(g.is_initializer(n.inputs[static_cast<size_t>(p.weight_input)]), "--include ", e, ": ",
-                 n.describe(), " cannot be quantized: its weight '", n.inputs[static_cast<size_t>(p.weight_input)],
-                 "' is not a constant");
+      PARE_CHECK_OPTION(p.kind == Kind::kCompute, "include", e, ": ", n.describe(), " cannot be quantized: ",
+                        p.why_not.empty() ? "it has no weight of its own" : p.why_not);
+      PARE_CHECK_OPTION(g.is_initializer(n.inputs[static_cast<size_t>(p.weight_input)]), "include", e, ": ",
+                        n.describe(), " cannot be quantized: its weight '",
+                        n.inputs[static_cast<size_t>(p.weight_input)], "' is not a constant");
     }
 }
 
@@ -330,15 +328,10 @@ std::map<WeightKey, QuantParams> weight_quant_params(const Graph& g, const Quant
   return r;
 }
 
-PtqResult write_qdq(const Graph& g, const QuantPlan& plan, const Calibration& cal,
-                    const std::map<WeightKey, QuantParams>& weights, const at::Tensor& calib_x,
-                    const PtqOptions& opts) {
-  auto say = [&](const std::string& s) {
-    if (opts.progress_) opts.progress_(s);
-  };
-  at::NoGradGuard no_grad;
-  PtqResult res;
-  QuantReport& rep = res.report;
+namespace {
+
+// The report's description of the scheme: calibration method, weight and activation encodings.
+void describe_scheme(QuantReport& rep, const QuantPlan& plan, const at::Tensor& calib_x, const PtqOptions& opts) {
   rep.method = calib_method_name(opts.method_);
   if (opts.method_ == CalibMethod::kPercentile) {
     std::ostringstream os;
@@ -351,10 +344,15 @@ PtqResult write_qdq(const Graph& g, const QuantPlan& plan, const Calibration& ca
   rep.calib_samples = calib_x.size(0);
   rep.folded_batch_norms = plan.folded_batch_norms;
   rep.skipped = plan.skipped;
-  const std::map<std::string, QuantParams>& act = cal.params;
+}
 
-  say("inserting QuantizeLinear/DequantizeLinear pairs");
-  Graph q = g;
+// Rewrites `q` in place: a QDQ pair after each planned activation, int8 weights and int32 biases
+// behind DequantizeLinear for each layer; fills the report's activation and layer rows. Returns
+// the DequantizeLinear output of each quantized activation.
+std::map<std::string, std::string> insert_qdq_nodes(Graph& q, const QuantPlan& plan, const Calibration& cal,
+                                                    const std::map<WeightKey, QuantParams>& weights,
+                                                    QuantReport& rep) {
+  const std::map<std::string, QuantParams>& act = cal.params;
   std::map<std::string, std::string> dq_of;
   for (auto& v : plan.activations) {
     const std::string& r = plan.root.at(v);
@@ -411,9 +409,13 @@ PtqResult write_qdq(const Graph& g, const QuantPlan& plan, const Calibration& ca
   q.metadata["pare.quantization"] = "static QDQ; weights " + rep.weights + "; activations " +
                                     rep.activations + "; calibration " + rep.method + " on " +
                                     std::to_string(rep.calib_samples) + " samples";
+  return dq_of;
+}
 
-  // SQNR of each requantized output and of the model output, fp32 vs quantized.
-  say("measuring SQNR against fp32");
+// SQNR of each requantized output and of the model output, fp32 `g` against quantized `q`, and
+// how often their argmax agrees, on the calibration inputs.
+void measure_sqnr(const Graph& g, const Graph& q, const std::map<std::string, std::string>& dq_of,
+                  const at::Tensor& calib_x, int64_t batch_size, QuantReport& rep) {
   core::Module model(g);
   model.eval();
   core::Module qmodel(q);
@@ -427,7 +429,7 @@ PtqResult write_qdq(const Graph& g, const QuantPlan& plan, const Calibration& ca
   std::vector<SqnrAccumulator> acc(fp_names.size());
   SqnrAccumulator out_acc;
   int64_t agree = 0, rows = 0;
-  for (auto& b : batches_of(calib_x, opts.batch_size_)) {
+  for (auto& b : batches_of(calib_x, batch_size)) {
     auto fv = model.forward_values({b}, fp_names);
     auto qv = qmodel.forward_values({b}, q_names);
     for (size_t k = 0; k < fp_names.size(); ++k) acc[k].add(fv.at(fp_names[k]), qv.at(q_names[k]));
@@ -445,6 +447,25 @@ PtqResult write_qdq(const Graph& g, const QuantPlan& plan, const Calibration& ca
   rep.output_sqnr_db = out_acc.db();
   rep.argmax_rows = rows;
   rep.argmax_agreement = rows ? static_cast<double>(agree) / static_cast<double>(rows) : 0.0;
+}
+
+}  // namespace
+
+PtqResult write_qdq(const Graph& g, const QuantPlan& plan, const Calibration& cal,
+                    const std::map<WeightKey, QuantParams>& weights, const at::Tensor& calib_x,
+                    const PtqOptions& opts) {
+  auto say = [&](const std::string& s) {
+    if (opts.progress_) opts.progress_(s);
+  };
+  at::NoGradGuard no_grad;
+  PtqResult res;
+  QuantReport& rep = res.report;
+  describe_scheme(rep, plan, calib_x, opts);
+  say("inserting QuantizeLinear/DequantizeLinear pairs");
+  Graph q = g;
+  const std::map<std::string, std::string> dq_of = insert_qdq_nodes(q, plan, cal, weights, rep);
+  say("measuring SQNR against fp32");
+  measure_sqnr(g, q, dq_of, calib_x, opts.batch_size_, rep);
   rep.fp32_bytes = g.initializer_bytes();
   rep.quantized_bytes = q.initializer_bytes();
   res.graph = std::move(q);

@@ -52,9 +52,10 @@ struct QuantPolicy {
 /// Facet key of QuantPolicy.
 constexpr const char* kPolicyFacet = "quantize.policy";
 
-/// Attaches a QuantPolicy to every op in `reg` (kNone for the ones not listed). Idempotent.
-void register_quantize_policies(core::OpRegistry& reg);
-/// The policy of `op_type` in the global registry (registered on first use).
+/// Attaches the QuantPolicy of one op (kNone, with the reason, for the ones not listed).
+void attach_quantize_policy(core::OpDef& op);
+/// The policy of `op_type` in the global registry, whose facet provider attach_quantize_policy
+/// becomes on first use (every op, registered before or after, has a policy).
 const QuantPolicy& policy_of(const std::string& op_type);
 
 /// Options of quantize_static.

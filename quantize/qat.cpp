@@ -127,11 +127,13 @@ PtqResult convert_qat(const QatModel& m, const Graph& trained, const at::Tensor&
   std::map<WeightKey, QuantParams> weights = m.weights;
   for (auto& [key, p] : weights) p.scale = get(m.weight_scale.at(key)).reshape(p.scale.sizes()).clone();
   for (auto& [root, p] : cal.params)
-    PARE_CHECK(p.scale.gt(0).all().item<bool>(), "QAT made the scale of activation '", root,
-               "' non-positive; train with a lower --lr or without --learn-scales");
+    if (!p.scale.gt(0).all().item<bool>())
+      throw InputError("QAT made the scale of activation '" + root + "' non-positive; train with a lower lr or " +
+                       "without learn_scales").about("lr").about("learn_scales");
   for (auto& [key, p] : weights)
-    PARE_CHECK(p.scale.gt(0).all().item<bool>(), "QAT made a scale of weight '", key.first,
-               "' non-positive; train with a lower --lr or without --learn-scales");
+    if (!p.scale.gt(0).all().item<bool>())
+      throw InputError("QAT made a scale of weight '" + key.first + "' non-positive; train with a lower lr or " +
+                       "without learn_scales").about("lr").about("learn_scales");
   PtqResult r = write_qdq(g, m.plan, cal, weights, calib_x, m.opts.ptq_);
   r.report.method += m.opts.learn_scales_ ? " + QAT with learned scales" : " + QAT";
   r.graph.metadata["pare.quantization"] = "static QDQ from quantization-aware training; weights " +

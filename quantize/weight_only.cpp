@@ -40,9 +40,9 @@ Int4Weight int4_blocks(const at::Tensor& wt, int64_t group) {
 WeightOnlyResult quantize_weight_only(const core::Graph& fp32, const WeightOnlyOptions& opts) {
   check_not_quantized(fp32, "model '" + fp32.name + "'");
   const int64_t group = opts.group_;
-  PARE_CHECK(group >= 16 && (group & (group - 1)) == 0, "--group must be a power of two >= 16 (",
+  PARE_CHECK_OPTION(group >= 16 && (group & (group - 1)) == 0, "group", "must be a power of two >= 16 (",
              "ONNX Runtime's MatMulNBits), got ", group);
-  check_names(fp32, opts.exclude_, "--exclude");
+  check_names(fp32, opts.exclude_, "exclude");
   WeightOnlyResult res;
   core::Graph g = fp32;
   g.topo_sort();

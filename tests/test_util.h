@@ -1,16 +1,19 @@
-// Helpers shared by the GoogleTest suites: a scratch folder and an InputError expectation.
+// Helpers shared by the GoogleTest suites: a scratch folder, InputError expectations, and two ops
+// that are not in core.
 #pragma once
 
 #include <dirent.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
+#include "core/op_registry.h"
 
 namespace pare::testing {
 
@@ -55,6 +58,45 @@ void expect_input_error(Fn fn, const std::vector<std::string>& parts) {
       EXPECT_NE(std::string(e.what()).find(p), std::string::npos)
           << "message '" << e.what() << "' lacks '" << p << "'";
   }
+}
+
+/// Runs `fn`, expecting an InputError about the library option `option` (Error::about, which the
+/// command line rewrites to its flag) whose message holds every string of `parts` and names no
+/// command-line flag.
+template <class Fn>
+void expect_option_error(Fn fn, const std::string& option, const std::vector<std::string>& parts) {
+  try {
+    fn();
+    ADD_FAILURE() << "expected an InputError about option '" << option << "'";
+  } catch (const InputError& e) {
+    const auto& about = e.options();
+    EXPECT_NE(std::find(about.begin(), about.end(), option), about.end())
+        << "message '" << e.what() << "' is not marked as about option '" << option << "'";
+    EXPECT_EQ(std::string(e.what()).find("--"), std::string::npos) << "library message names a flag: " << e.what();
+    for (const auto& p : parts)
+      EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << "message '" << e.what() << "' lacks '" << p << "'";
+  }
+}
+
+/// Registers two ops that core does not have, for the tests that show how each pass meets a new op
+/// (docs/ARCHITECTURE.md, "Add an op"): PareTestSquare (x * x), whose registry entry declares it
+/// elementwise and nothing else, and PareTestOpaque (2 * x), which declares nothing. Once per
+/// process; whatever facet providers come before or after attach to them.
+inline void register_test_ops() {
+  core::OpRegistry& reg = core::OpRegistry::global();
+  if (reg.find("PareTestSquare")) return;
+  auto add = [&](const char* name, bool elementwise, double power) {
+    core::OpDef d;
+    d.name = name;
+    d.doc = std::string("test op ") + name;
+    if (elementwise) d.traits.elementwise = core::OpTraits::Elementwise::kUnary;
+    d.forward = [power](const core::Node&, const std::vector<at::Tensor>& in, const core::RunContext&) {
+      return std::vector<at::Tensor>{power == 2 ? in.at(0) * in.at(0) : in.at(0) * 2};
+    };
+    reg.add(std::move(d));
+  };
+  add("PareTestSquare", true, 2);
+  add("PareTestOpaque", false, 1);
 }
 
 }  // namespace pare::testing

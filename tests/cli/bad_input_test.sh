@@ -45,7 +45,10 @@ PYEOF
 expect_exit 2 "lie.safetensors" -- "$PARE" inspect "$work/lie.safetensors"
 
 # Bad options.
-expect_exit 2 "epochs" -- "$PARE" train --model mlp:784-32-10 --data "npy:$work/x.npy,$work/y.npy" --epochs 0 --out "$work/o5.onnx"
+# Library errors name options by their library names; the command line prints its flags.
+expect_exit 2 "error: --epochs must be at least 1, got 0" -- "$PARE" train --model mlp:784-32-10 --data "npy:$work/x.npy,$work/y.npy" --epochs 0 --out "$work/o5.onnx"
+expect_exit 2 "error: --resume needs --checkpoint \(the file to resume from\)" -- "$PARE" train --model mlp:784-32-10 --data "npy:$work/x.npy,$work/y.npy" --resume --out "$work/o5.onnx"
+expect_exit 2 "error: --grace-period must be >= 0" -- "$PARE" launch --grace-period -1 -- true
 no_file "$work/o5.onnx"
 expect_exit 2 "nosuchmodel" -- "$PARE" inspect nosuchmodel
 expect_exit 2 "" -- "$PARE" train --no-such-flag

@@ -55,13 +55,13 @@ assert d < 1e-4, d" && echo "ok: pare_rt runs the sparse file like the dense one
 import onnx
 m = onnx.load('$work/rt.onnx')
 meta = {p.key: p.value for p in m.metadata_props}
-assert meta['owner'] == 'tests' and meta['stage'] == 'edge' and 'pare.version' in meta and '--target rt --sparse auto' in meta['pare.export'], meta
+assert meta['owner'] == 'tests' and meta['stage'] == 'edge' and 'pare.version' in meta and '(target rt, sparse auto)' in meta['pare.export'], meta
 assert len(m.graph.sparse_initializer) == 3 and len(m.graph.initializer) == 3
 onnx.checker.check_model(m)" && echo "ok: metadata and onnx.checker" || fail "metadata or checker"
 
 # --sparse on: every initializer with a zero; off: none (the file is the dense one plus metadata).
-expect_exit 0 "3 of 6 initializers as COO \(--sparse on\)" -- "$PARE" export "$work/p.onnx" --target onnx --sparse on --out "$work/on.onnx"
-expect_exit 0 "0 of 6 initializers as COO \(--sparse off\)" -- "$PARE" export "$work/p.onnx" --target onnx --sparse off --out "$work/off.onnx"
+expect_exit 0 "3 of 6 initializers as COO \(sparse on\)" -- "$PARE" export "$work/p.onnx" --target onnx --sparse on --out "$work/on.onnx"
+expect_exit 0 "0 of 6 initializers as COO \(sparse off\)" -- "$PARE" export "$work/p.onnx" --target onnx --sparse off --out "$work/off.onnx"
 [ "$(size "$work/off.onnx")" -gt "$(size "$work/auto.onnx")" ] && echo "ok: off is larger" || fail "off is not larger"
 
 # The int8 model of the pruned MLP keeps its sparsity and has the fp32 model's FLOPs.

@@ -15,7 +15,7 @@ d=(distill --teacher "cache:$work/cache" "${student[@]}")
 expect_exit 0 "" -- "$PARE" "${d[@]}" -T 4 --out "$work/student.onnx"
 [ -f "$work/student.onnx" ] && echo "ok: student from the cache" || fail "no student"
 
-expect_exit 2 "T=4.*-T 4" -- "$PARE" "${d[@]}" -T 2 --out "$work/bad.onnx"
+expect_exit 2 "T=4.*--temperature 4" -- "$PARE" "${d[@]}" -T 2 --out "$work/bad.onnx"
 expect_exit 2 "augment needs a live teacher" -- "$PARE" "${d[@]}" --augment flip --out "$work/bad.onnx"
 expect_exit 2 "no value named 'relu1'" -- "$PARE" "${d[@]}" --hint relu1:fc1 --out "$work/bad.onnx"
 "$PY" - "$work" <<'PYEOF'

@@ -130,6 +130,50 @@ TEST(TensorParallel, SplitsAttentionByHeadsAndEachMlpOnceWithOneAllReducePerBloc
   EXPECT_TRUE(found);
 }
 
+// New ops (tests/test_util.h; docs/ARCHITECTURE.md, "Add an op"): one declared elementwise in its
+// registry entry stays split between a column- and a row-parallel layer (one all-reduce, no
+// gather); one that declares nothing gets its input made whole first. Both give the whole
+// model's outputs.
+TEST(TensorParallel, ANewElementwiseOpStaysSplitAndAnOpaqueOneIsMadeWhole) {
+  pare::testing::register_test_ops();
+  for (const std::string op : {"PareTestSquare", "PareTestOpaque"}) {
+    SCOPED_TRACE(op);
+    at::manual_seed(5);
+    core::Graph g;
+    g.name = "new_op_" + op;
+    g.inputs.push_back({"x", at::kFloat, {core::Dim::sym("N"), 8}});
+    g.initializers["w1"] = at::randn({8, 16});
+    g.initializers["w2"] = at::randn({16, 4});
+    g.add_node("MatMul", {"x", "w1"}, {"h"}, {}, "fc1");
+    g.add_node(op, {"h"}, {"s"}, {}, "new_op");
+    g.add_node("MatMul", {"s", "w2"}, {"y"}, {}, "fc2");
+    g.outputs.push_back({"y", at::kFloat, {core::Dim::sym("N"), 4}});
+    core::infer_shapes(g);
+    expect_sharded_equals_whole(g, at::randn({5, 8}), dist::TeacherParallel::kTensor, 2, 1e-4, 0.55);
+    dist::Shard s = dist::shard_tensor_parallel(g, 0, 2);
+    int reduces = 0, gathers = 0;
+    std::string gathered;
+    for (auto& n : s.graph.nodes) {
+      reduces += n.op_type == "AllReduce";
+      if (n.op_type == "AllGather") {
+        ++gathers;
+        gathered += n.outputs[0] + " ";
+      }
+    }
+    const core::Node* node = nullptr;
+    for (auto& n : s.graph.nodes)
+      if (n.op_type == op) node = &n;
+    ASSERT_NE(node, nullptr) << s.report.to_text();
+    if (op == "PareTestSquare") {
+      EXPECT_EQ(reduces, 1) << s.report.to_text();
+      EXPECT_EQ(gathers, 0) << s.report.to_text();
+    } else {
+      EXPECT_NE(gathered.find(node->inputs[0] + " "), std::string::npos)
+          << "the opaque op reads " << node->inputs[0] << ", not a gathered value (" << gathered << ")";
+    }
+  }
+}
+
 TEST(TensorParallel, AShardRunWithoutItsGroupSaysHowToRunIt) {
   dist::Shard s = dist::shard_tensor_parallel(core::load_model("cnn", 1), 0, 2);
   core::Module m(s.graph);

@@ -125,7 +125,7 @@ TEST(OnnxExport, OnStoresEveryInitializerWithAZeroAndOffNone) {
   g.initializers["empty"] = at::zeros({0, 4});
   const ExportResult on = export_model(g, dir.file("on.onnx"), ExportOptions().sparse(SparseMode::kOn));
   EXPECT_TRUE(decision(on, "f32_half").sparse);
-  EXPECT_EQ(decision(on, "f32_half").why, "--sparse on (COO is larger)");
+  EXPECT_EQ(decision(on, "f32_half").why, "sparse on (COO is larger)");
   EXPECT_TRUE(decision(on, "fc1.weight").sparse);
   EXPECT_FALSE(decision(on, "fc1.bias").sparse);  // no zeros
   EXPECT_FALSE(decision(on, "empty").sparse);
@@ -150,7 +150,7 @@ TEST(OnnxExport, KeepsTheModelsMetadataAndSaysHowItWasExported) {
   EXPECT_EQ(back.metadata.at("owner"), "tests");
   EXPECT_FALSE(back.metadata.at("pare.version").empty());
   const std::string how = back.metadata.at("pare.export");
-  EXPECT_NE(how.find("--target rt --sparse auto"), std::string::npos) << how;
+  EXPECT_NE(how.find("(target rt, sparse auto)"), std::string::npos) << how;
   EXPECT_NE(how.find("3 of 6 initializers"), std::string::npos) << how;
 
   pare::testing::expect_input_error(
@@ -195,7 +195,7 @@ TEST(OnnxExport, RtTargetRefusesWhatPareRtCannotRunAndWritesNothing) {
   g.verify();
   const std::string path = dir.file("m.rt.onnx");
   pare::testing::expect_input_error([&] { export_model(g, path, ExportOptions().target(Target::kRt)); },
-                                    {path, "--target rt", "logits_fq", rt::why_unsupported("FakeQuantize", "pare")});
+                                    {path, "target rt", "logits_fq", rt::why_unsupported("FakeQuantize", "pare")});
   EXPECT_TRUE(dir.list().empty());
   // The same graph is a valid ONNX export.
   EXPECT_NO_THROW(export_model(g, path, ExportOptions().target(Target::kOnnx)));
@@ -205,8 +205,8 @@ TEST(OnnxExport, RtTargetRefusesWhatPareRtCannotRunAndWritesNothing) {
 TEST(OnnxExport, ParsesTargetsAndModesAndNamesTheOption) {
   EXPECT_EQ(parse_target("rt"), Target::kRt);
   EXPECT_EQ(parse_sparse_mode("off"), SparseMode::kOff);
-  pare::testing::expect_input_error([] { parse_target("tflite"); }, {"--target", "tflite"});
-  pare::testing::expect_input_error([] { parse_sparse_mode("maybe"); }, {"--sparse", "maybe"});
+  pare::testing::expect_option_error([] { parse_target("tflite"); }, "target", {"target must", "tflite"});
+  pare::testing::expect_option_error([] { parse_sparse_mode("maybe"); }, "sparse", {"sparse must", "maybe"});
 }
 
 }  // namespace

@@ -20,6 +20,7 @@ using namespace pare;
 using namespace pare::core;
 using namespace pare::prune;
 using pare::testing::expect_input_error;
+using pare::testing::expect_option_error;
 
 namespace {
 
@@ -91,18 +92,9 @@ at::Tensor run(const Graph& g, const at::Tensor& x) {
   return m.forward({x})[0];
 }
 
-// An op that is not in core, registered before anything attaches facets (at static
-// initialisation): its traits alone must let channel pruning handle it (issue 12).
-const bool kSquareRegistered = [] {
-  OpDef d;
-  d.name = "PareTestSquare";
-  d.traits.elementwise = OpTraits::Elementwise::kUnary;
-  d.forward = [](const Node&, const std::vector<at::Tensor>& in, const RunContext&) -> std::vector<at::Tensor> {
-    return {in.at(0) * in.at(0)};
-  };
-  OpRegistry::global().add(std::move(d));
-  return true;
-}();
+// The test ops of tests/test_util.h, registered at static initialisation: before prune's facet
+// provider, which attaches to them all the same.
+const bool kSquareRegistered = (pare::testing::register_test_ops(), true);
 
 // The op types of every graph expect_matches_zeroed checked, while the coverage test records.
 std::set<std::string>* g_checked_ops = nullptr;
@@ -162,7 +154,18 @@ void expect_body(const std::function<std::string(Tiny&, const std::string&)>& bo
 
 TEST(ChannelFacets, EveryRegisteredOpHasOneOrIsMarkedUnsupported) {
   const OpRegistry& reg = prune_registry();
-  for (const auto& name : reg.names()) EXPECT_TRUE(reg.get(name).has_facet(kChannelFacet)) << name;
+  for (const auto& name : reg.names())
+    if (name != "PareTestOpaque")  // declares nothing on purpose: refused by name (below)
+      EXPECT_TRUE(reg.get(name).has_facet(kChannelFacet)) << name;
+}
+
+// An op whose registry entry declares nothing is refused, naming the op and the node.
+TEST(PruneChannels, AnOpThatDeclaresNothingIsRefusedByName) {
+  ASSERT_TRUE(kSquareRegistered);
+  Tiny t;
+  t.head(t.node("PareTestOpaque", {t.conv("a", "x", 4, 8)}, "op"), 8);
+  expect_input_error([&] { prune_channels(t.g, ChannelOptions().sparsity(0.5)); },
+                     {"PareTestOpaque", "'op'", "declares no elementwise, reduction or pooling traits"});
 }
 
 // Each supported op appears in a graph that one of the numeric cases below checks: a new facet
@@ -469,7 +472,7 @@ TEST(PruneChannels, ImportanceCriteriaChooseTheChannels) {
 TEST(PruneChannels, ImpossibleRequestsAreInputErrors) {
   Graph g = build_zoo_model("cnn", 1);
   expect_input_error([&] { prune_channels(g, ChannelOptions().sparsity(1.0)); }, {"remove every one of", "channels of"});
-  expect_input_error([&] { prune_channels(g, ChannelOptions().sparsity(1.5)); }, {"--sparsity", "1.5"});
+  expect_option_error([&] { prune_channels(g, ChannelOptions().sparsity(1.5)); }, "sparsity", {"sparsity must", "1.5"});
   expect_input_error([&] { prune_channels(g, ChannelOptions().exclude({"conv9"})); }, {"'conv9'", "no node"});
   expect_input_error([&] { prune_channels(g, ChannelOptions().exclude({"relu1"})); }, {"'relu1'", "creates no channels", "conv1"});
   // Nothing prunable: a single Gemm whose output is the graph output.

@@ -15,6 +15,7 @@ using namespace pare;
 using namespace pare::core;
 using namespace pare::prune;
 using pare::testing::expect_input_error;
+using pare::testing::expect_option_error;
 
 namespace {
 
@@ -48,7 +49,7 @@ TEST(FindTargets, FollowsWeightFacetsAndExclusions) {
   EXPECT_EQ(t[1].weight, "b.w");
   EXPECT_EQ(t[1].in_axis, 0);  // MatMul: W is [in, out]
   EXPECT_EQ(find_targets(g, {"b"}).size(), 1u);
-  expect_input_error([&] { find_targets(g, {"nope"}); }, {"--exclude 'nope'", "no node", "a, b"});
+  expect_option_error([&] { find_targets(g, {"nope"}); }, "exclude", {"exclude 'nope'", "no node", "a, b"});
   expect_input_error([&] { find_targets(g, {"relu"}); }, {"'relu'", "no prunable weight"});
 }
 
@@ -81,8 +82,8 @@ TEST(MagnitudeMasks, GlobalUsesOneThresholdAcrossLayers) {
 TEST(MagnitudeMasks, RejectsSparsityOutsideZeroOne) {
   Graph g = two_layers();
   auto t = find_targets(g);
-  expect_input_error([&] { compute_masks(lookup_in(g), t, MaskOptions().sparsity(1.5)); }, {"--sparsity", "1.5"});
-  expect_input_error([&] { compute_masks(lookup_in(g), t, MaskOptions().sparsity(-0.1)); }, {"--sparsity"});
+  expect_option_error([&] { compute_masks(lookup_in(g), t, MaskOptions().sparsity(1.5)); }, "sparsity", {"sparsity must", "1.5"});
+  expect_option_error([&] { compute_masks(lookup_in(g), t, MaskOptions().sparsity(-0.1)); }, "sparsity", {"sparsity must"});
   expect_input_error([&] { MaskOptions().method(MaskMethod::kNM).n(5).m(4).validate(); }, {"n <= m"});
 }
 

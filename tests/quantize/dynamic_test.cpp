@@ -106,8 +106,8 @@ TEST(QuantizeDynamic, MatMulIntegerIsExact) {
 TEST(QuantizeDynamic, RejectsQuantizedModelsAndUnknownExcludes) {
   DynamicResult r = quantize_dynamic(mlp(), DynamicOptions());
   pare::testing::expect_input_error([&] { quantize_dynamic(r.graph, DynamicOptions()); }, {"already quantized"});
-  pare::testing::expect_input_error([] { quantize_dynamic(mlp(), DynamicOptions().exclude({"fc9"})); },
-                                    {"--exclude fc9", "no node"});
+  pare::testing::expect_option_error([] { quantize_dynamic(mlp(), DynamicOptions().exclude({"fc9"})); },
+                                    "exclude", {"exclude fc9", "no node"});
   DynamicResult e = quantize_dynamic(mlp(), DynamicOptions().exclude({"fc2"}));
   ASSERT_EQ(e.layers.size(), 1u);
   ASSERT_EQ(e.skipped.size(), 1u);

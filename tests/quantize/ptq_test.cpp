@@ -5,6 +5,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/graph.h"
@@ -146,12 +147,12 @@ TEST(QuantizeStatic, RejectsCalibrationDataOfTheWrongShape) {
 }
 
 TEST(QuantizeStatic, RejectsIncludingAnOpThatCannotBeQuantizedOrNamesThatMatchNothing) {
-  pare::testing::expect_input_error(
+  pare::testing::expect_option_error(
       [] { quantize_static(tiny_cnn(), calib(), PtqOptions().include({"MaxPool"})); },
-      {"--include MaxPool", "MaxPool node 'pool1'", "cannot be quantized"});
-  pare::testing::expect_input_error(
+      "include", {"include MaxPool", "MaxPool node 'pool1'", "cannot be quantized"});
+  pare::testing::expect_option_error(
       [] { quantize_static(tiny_cnn(), calib(), PtqOptions().exclude({"conv9"})); },
-      {"--exclude conv9", "no node"});
+      "exclude", {"exclude conv9", "no node"});
 }
 
 TEST(QuantizeStatic, TiedWeightsBehindIdentityAreQuantizedAndStoredOnce) {
@@ -210,6 +211,34 @@ TEST(QuantizeStatic, EveryRegisteredOpHasAPolicy) {
     const QuantPolicy& p = reg.get(name).facet<QuantPolicy>(kPolicyFacet);
     if (p.kind == QuantPolicy::Kind::kNone) EXPECT_FALSE(p.why_not.empty());
     if (p.kind == QuantPolicy::Kind::kCompute) EXPECT_TRUE(static_cast<bool>(p.weight_axis));
+  }
+}
+
+// A new op, registered after quantize/ added its facet provider (docs/ARCHITECTURE.md, "Add an
+// op"): it gets a policy all the same, runs in fp32 between the quantized layers, and including
+// it is refused naming it.
+TEST(QuantizeStatic, AnOpRegisteredLaterRunsInFp32AndIsRefusedByNameWhenIncluded) {
+  policy_of("Conv");  // the provider is in place first
+  pare::testing::register_test_ops();
+  for (const char* op : {"PareTestSquare", "PareTestOpaque"}) {
+    SCOPED_TRACE(op);
+    at::manual_seed(5);
+    Graph g;
+    g.inputs.push_back({"x", at::kFloat, {Dim::sym("N"), 8}});
+    g.initializers["w1"] = at::randn({8, 16});
+    g.initializers["w2"] = at::randn({16, 4});
+    g.add_node("MatMul", {"x", "w1"}, {"h"}, {}, "fc1");
+    g.add_node(op, {"h"}, {"s"}, {}, "new_op");
+    g.add_node("MatMul", {"s", "w2"}, {"y"}, {}, "fc2");
+    g.outputs.push_back({"y", at::kFloat, {Dim::sym("N"), 4}});
+    const at::Tensor x = at::randn({64, 8});
+    PtqResult r = quantize_static(g, x, PtqOptions());
+    EXPECT_EQ(r.report.layers.size(), 2u);
+    EXPECT_EQ(std::count_if(r.graph.nodes.begin(), r.graph.nodes.end(), [&](const core::Node& n) { return n.op_type == op; }),
+              1);
+    EXPECT_GT(r.report.output_sqnr_db, 20.0);
+    pare::testing::expect_option_error([&] { quantize_static(g, x, PtqOptions().include({op})); }, "include",
+                                       {op, "cannot be quantized", "runs in fp32"});
   }
 }
 

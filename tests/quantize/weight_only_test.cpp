@@ -93,8 +93,8 @@ TEST(WeightOnly, RewritesGemmAndMatMulIntoMatMulNBitsWithTheSameNumbersAsARefere
 }
 
 TEST(WeightOnly, RejectsAGroupThatIsNotAPowerOfTwoAndAQuantizedModel) {
-  pare::testing::expect_input_error([] { quantize_weight_only(mlp(), WeightOnlyOptions().group(24)); },
-                                    {"--group", "power of two", "24"});
+  pare::testing::expect_option_error([] { quantize_weight_only(mlp(), WeightOnlyOptions().group(24)); },
+                                    "group", {"group must", "power of two", "24"});
   WeightOnlyResult r = quantize_weight_only(mlp(), WeightOnlyOptions());
   Graph q = r.graph;
   q.initializers["junk"] = at::zeros({2}, at::kChar);
