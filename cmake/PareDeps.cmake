@@ -18,9 +18,27 @@ message(STATUS "pare: libtorch ${Torch_VERSION} (major ${PARE_TORCH_MAJOR})")
 add_library(pare_deps INTERFACE)
 target_link_libraries(pare_deps INTERFACE ${TORCH_LIBRARIES} onnx onnx_proto protobuf::libprotobuf
                       nlohmann_json::nlohmann_json ZLIB::ZLIB Threads::Threads)
-target_include_directories(pare_deps INTERFACE
-  $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}> $<INSTALL_INTERFACE:include/pare>)
+target_include_directories(pare_deps INTERFACE $<INSTALL_INTERFACE:include/pare>)
 target_compile_definitions(pare_deps INTERFACE PARE_TORCH_MAJOR=${PARE_TORCH_MAJOR})
+
+# Header views: a library shows only its own headers. A view is a folder of the build tree
+# holding symbolic links to the source folders (or single headers) that one target exports; a
+# module compiles against its own view and those of the libraries it links, so including a header
+# of a module it may not use fails ("No such file or directory"). cli/ and tests/ see the whole
+# tree. tests/arch/include_rules.py checks the finer rules (which single headers, no libtorch in
+# pare_rt); tests/arch/forbidden_include/ shows the compile failure.
+#
+#   pare_header_view(TARGET PUBLIC|PRIVATE VIEW_NAME core/error.h export/runtime ...)
+function(pare_header_view target scope name)
+  set(view ${PROJECT_BINARY_DIR}/include-view/${name})
+  foreach(entry ${ARGN})
+    get_filename_component(parent ${view}/${entry} DIRECTORY)
+    file(MAKE_DIRECTORY ${parent})
+    file(REMOVE ${view}/${entry})
+    file(CREATE_LINK ${PROJECT_SOURCE_DIR}/${entry} ${view}/${entry} SYMBOLIC)
+  endforeach()
+  target_include_directories(${target} ${scope} $<BUILD_INTERFACE:${view}>)
+endfunction()
 
 # One precompiled header for the torch includes, built once and reused by every target.
 function(pare_use_pch target)
@@ -37,5 +55,7 @@ function(pare_module name)
   endforeach()
   add_library(${name} STATIC ${srcs})
   target_link_libraries(${name} PUBLIC pare_deps ${ARGN})
+  file(RELATIVE_PATH dir ${PROJECT_SOURCE_DIR} ${CMAKE_CURRENT_SOURCE_DIR})
+  pare_header_view(${name} PUBLIC ${name} ${dir})
   pare_use_pch(${name})
 endfunction()
