@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <functional>
 #include <limits>
 #include <set>
@@ -22,10 +21,8 @@ namespace {
 
 using pare::testing::TempDir;
 
-void write_bytes(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
+// Hostile and hand-made files are written whole, as pare writes its own.
+void write_bytes(const std::string& path, const std::string& bytes) { write_file_atomic(path, bytes); }
 
 ::testing::AssertionResult bitwise_equal(const at::Tensor& a, const at::Tensor& b) {
   if (a.scalar_type() != b.scalar_type())

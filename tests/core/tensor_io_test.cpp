@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <cstring>
-#include <fstream>
 #include <sstream>
 
 #include "core/error.h"
@@ -18,10 +17,8 @@ namespace {
 
 using pare::testing::TempDir;
 
-void write_bytes(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
+// Hostile and hand-made files are written whole, as pare writes its own.
+void write_bytes(const std::string& path, const std::string& bytes) { write_file_atomic(path, bytes); }
 
 void truncate_file(const std::string& path, size_t keep) {
   std::string bytes = read_file(path);
