@@ -154,10 +154,11 @@ struct PtqResult {
 /// for channels-first maps of rank 4 and more ([N, C, H, W] segmentation).
 inline int64_t class_axis(int64_t rank) { return rank <= 3 ? rank - 1 : 1; }
 
-/// True when `n`'s name or op type is an entry of `list` (the form of --include and --exclude).
+/// True when `n`'s name or op type is an entry of `list` (the form of the options' include and
+/// exclude lists).
 bool matches(const core::Node& n, const std::vector<std::string>& list);
-/// Throws InputError when an entry of `list` names no node and no op type of `g`, saying that
-/// `option` ("--exclude") names nothing.
+/// Throws InputError about option `option` ("exclude") when an entry of `list` names no node and
+/// no op type of `g`.
 void check_names(const core::Graph& g, const std::vector<std::string>& list, const std::string& option);
 
 /// Throws InputError naming `origin` when `g` already holds QuantizeLinear/DequantizeLinear
