@@ -37,6 +37,24 @@ def load_fmnist_torch(split="train"):
     return x, y
 
 
+def batch_sampler(x_all, y_all, batch, seed=0):
+    """A function giving the next shuffled batch (x, y), a new permutation each epoch (its tail
+    batch is dropped here; pare keeps it), the same sequence for the same seed."""
+    import torch
+    gen = torch.Generator().manual_seed(seed)
+    n = x_all.shape[0]
+    perm, pos = torch.randperm(n, generator=gen), 0
+
+    def next_batch():
+        nonlocal perm, pos
+        if pos + batch > n:
+            perm, pos = torch.randperm(n, generator=gen), 0
+        idx = perm[pos:pos + batch]
+        pos += batch
+        return x_all.index_select(0, idx), y_all.index_select(0, idx)
+    return next_batch
+
+
 def torch_model(spec, who="bench"):
     """The zoo model `spec` (core/zoo.cpp) as torch.nn, with PyTorch's default initialisation.
     Layers are named after the zoo's nodes, so state_dict keys are the ONNX initializer names of

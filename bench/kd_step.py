@@ -49,7 +49,7 @@ import sys
 import tempfile
 import time
 
-from bench_util import (best, find_pare, load_fmnist_torch, measure_pare_train, print_table,
+from bench_util import (batch_sampler, best, find_pare, load_fmnist_torch, measure_pare_train, print_table,
                         run_json, torch_env, torch_model)
 
 WHO = "kd_step"
@@ -130,20 +130,8 @@ def torch_worker(args):
     torch.set_num_threads(args.threads)
     x_all, y_all = load_fmnist_torch("train")
     teacher = torch_teacher(args.teacher)
-    n = x_all.shape[0]
-
     def timed(step, steps):
-        gen = torch.Generator().manual_seed(0)
-        perm, pos = torch.randperm(n, generator=gen), 0
-
-        def batch():
-            nonlocal perm, pos
-            if pos + args.batch > n:  # a new epoch (the tail batch is dropped here; pare keeps it)
-                perm, pos = torch.randperm(n, generator=gen), 0
-            idx = perm[pos:pos + args.batch]
-            pos += args.batch
-            return x_all.index_select(0, idx), y_all.index_select(0, idx)
-
+        batch = batch_sampler(x_all, y_all, args.batch)
         for _ in range(args.warmup):
             step(*batch())
         t0 = time.perf_counter()

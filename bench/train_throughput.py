@@ -26,7 +26,7 @@ import shutil
 import sys
 import time
 
-from bench_util import (best, find_pare, load_fmnist_torch, measure_pare_train, print_table,
+from bench_util import (batch_sampler, best, find_pare, load_fmnist_torch, measure_pare_train, print_table,
                         run_json, torch_env, torch_model)
 
 
@@ -42,17 +42,10 @@ def torch_worker(args):
     model = torch_model(args.model, "train_throughput")
     model.train()
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    n = x_all.shape[0]
-    gen = torch.Generator().manual_seed(0)
-    perm, pos = torch.randperm(n, generator=gen), 0
+    next_batch = batch_sampler(x_all, y_all, args.batch)
 
     def step():
-        nonlocal perm, pos
-        if pos + args.batch > n:  # a new epoch (the tail batch is dropped here; pare keeps it)
-            perm, pos = torch.randperm(n, generator=gen), 0
-        idx = perm[pos:pos + args.batch]
-        pos += args.batch
-        x, y = x_all.index_select(0, idx), y_all.index_select(0, idx)
+        x, y = next_batch()
         logits = model(x)
         loss = F.cross_entropy(logits, y)
         loss.item()
