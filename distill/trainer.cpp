@@ -367,14 +367,7 @@ std::unique_ptr<Trainer::Run> Trainer::start_run(const core::TensorDataset& trai
   if (opts_.max_steps_ > 0) run->total_steps = std::min(run->total_steps, opts_.max_steps_);
   run->params = model_.parameters();
   run->params.insert(run->params.end(), extra_.begin(), extra_.end());
-  if (ddp) {
-    run->pg = pg;
-    // Rank 0's weights everywhere (a resumed run loaded the same checkpoint on every rank anyway).
-    std::vector<at::Tensor> state = run->params;
-    for (auto& name : model_.buffer_names()) state.push_back(model_.initializer(name));
-    dist::broadcast_from_rank0(*pg, state);
-    run->grad_sync = std::make_unique<dist::GradientSync>(pg, run->params);
-  }
+  if (ddp) run->pg = pg;
   return run;
 }
 
@@ -499,6 +492,14 @@ std::vector<EpochStats> Trainer::fit(const core::TensorDataset& train, const cor
     std::fprintf(stderr, "resuming from %s: epoch %lld, batch %lld, step %lld\n", opts_.checkpoint_.c_str(),
                  (long long)st.epoch + 1, (long long)st.batch, (long long)st.step);
   for (auto& h : st.history) run->metrics += stats_json(h).dump() + "\n";
+  if (run->pg) {
+    // Rank 0's weights everywhere, after any resume (a resumed run loaded the same checkpoint on
+    // every rank anyway).
+    std::vector<at::Tensor> state = run->params;
+    for (auto& name : model_.buffer_names()) state.push_back(model_.initializer(name));
+    dist::broadcast_from_rank0(*run->pg, state);
+    run->grad_sync = std::make_unique<dist::GradientSync>(run->pg, run->params);
+  }
   // A run resumed from a mid-epoch checkpoint taken at its last step still closes that epoch.
   for (; st.epoch < opts_.epochs_ && (st.step < run->total_steps || st.batch > 0); ++st.epoch, st.batch = 0) {
     train_epoch(*run, st, train);
