@@ -29,6 +29,11 @@ void add_prune(CLI::App& app, Action& action);
 void add_quantize(CLI::App& app, Action& action);
 void add_bench(CLI::App& app, Action& action);
 void add_export(CLI::App& app, Action& action);
+void add_pipeline(CLI::App& app, Action& action);
+void add_report(CLI::App& app, Action& action);
+
+/// Adds every subcommand above to `app` (main, and the pipeline to check a recipe's stages).
+void add_commands(CLI::App& app, Action& action);
 
 /// Sets libtorch's intra-op thread count (0 keeps its default).
 void set_threads(int threads);

@@ -11,6 +11,22 @@
 
 namespace pare::cli {
 
+void add_commands(CLI::App& app, Action& action) {
+  add_inspect(app, action);
+  add_run(app, action);
+  add_train(app, action);
+  add_distill(app, action);
+  add_launch(app, action);
+  add_teacher_cache(app, action);
+  add_prune(app, action);
+  add_eval(app, action);
+  add_quantize(app, action);
+  add_bench(app, action);
+  add_export(app, action);
+  add_pipeline(app, action);
+  add_report(app, action);
+}
+
 void set_threads(int threads) {
   PARE_CHECK(threads >= 0, "--threads must be >= 0, got ", threads);
   if (threads > 0) at::set_num_threads(threads);

@@ -123,17 +123,7 @@ int main(int argc, char** argv) {
   app.footer("Exit codes: 0 ok, 1 runtime failure, 2 bad input or usage.\n"
              "Run 'pare COMMAND --help' for a command's options.");
   pare::cli::Action action;
-  pare::cli::add_inspect(app, action);
-  pare::cli::add_run(app, action);
-  pare::cli::add_train(app, action);
-  pare::cli::add_distill(app, action);
-  pare::cli::add_launch(app, action);
-  pare::cli::add_teacher_cache(app, action);
-  pare::cli::add_prune(app, action);
-  pare::cli::add_eval(app, action);
-  pare::cli::add_quantize(app, action);
-  pare::cli::add_bench(app, action);
-  pare::cli::add_export(app, action);
+  pare::cli::add_commands(app, action);
   if (!check_command(app, argc, argv)) return 2;
   try {
     app.parse(argc, argv);

@@ -2,7 +2,10 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-install(TARGETS pare RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+# The pare command line is exported as pare::pare_cli (pare::pare is all the libraries), for
+# pare_compress() (cmake/PareCompress.cmake). It finds libpare_rt.so in the prefix's lib folder.
+set_target_properties(pare PROPERTIES EXPORT_NAME pare_cli INSTALL_RPATH "$ORIGIN/../${CMAKE_INSTALL_LIBDIR}")
+install(TARGETS pare EXPORT pareTargets RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(TARGETS pare_base pare_core pare_distill pare_dist pare_prune pare_quantize pare_export pare_deps
         EXPORT pareTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 foreach(dir core distill dist prune quantize export)
@@ -25,4 +28,4 @@ configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/pareConfig.cmake.in
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/pareConfigVersion.cmake
   COMPATIBILITY SameMinorVersion)
 install(FILES ${PROJECT_BINARY_DIR}/pareConfig.cmake ${PROJECT_BINARY_DIR}/pareConfigVersion.cmake
-        DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/pare)
+        ${PROJECT_SOURCE_DIR}/cmake/PareCompress.cmake DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/pare)

@@ -22,8 +22,8 @@ const char* const kHelp[] = {
     "input [N,1,28,28] for 784, [N,3,32,32] for 3072, else [N,first]",
     "lenet5[,in=1,hw=28,classes=10]    LeNet-5: Conv 6@5x5 pad 2, pool, Conv 16@5x5, pool, "
     "Gemm 120-84-classes",
-    "cnn[,in=1,hw=28,classes=10]       BatchNorm CNN teacher: 3 x (Conv3x3 32/64/64, BN, Relu, "
-    "MaxPool 2), Gemm 256, Dropout 0.3, Gemm classes",
+    "cnn[,in=1,hw=28,classes=10,width=32,fc=256]   BatchNorm CNN: 3 x (Conv3x3 W/2W/2W, BN, Relu, "
+    "MaxPool 2), Gemm fc, Dropout 0.3, Gemm classes (fc=0: straight to the classifier, no Dropout)",
     "resnet:N[,in=1,hw=28,classes=10]  CIFAR-style ResNet-(6N+2): stages 16/32/64, N BasicBlocks "
     "each",
     "transformer:vocab=V,d=D,heads=H,layers=L,classes=C,seq=S[,ff=F,norm=pre|post]   encoder "
@@ -49,12 +49,12 @@ std::vector<std::string> split(const std::string& s, char sep) {
   return out;
 }
 
-int64_t parse_positive(const std::string& spec, const std::string& what, const std::string& s) {
+int64_t parse_positive(const std::string& spec, const std::string& what, const std::string& s, int64_t least = 1) {
   char* end = nullptr;
   errno = 0;
   long long v = s.empty() ? 0 : std::strtoll(s.c_str(), &end, 10);
-  if (s.empty() || end != s.c_str() + s.size() || errno != 0 || v <= 0)
-    bad_spec(spec, what + " must be a positive integer, got '" + s + "'");
+  if (s.empty() || end != s.c_str() + s.size() || errno != 0 || v < least)
+    bad_spec(spec, what + (least == 0 ? " must be an integer >= 0" : " must be a positive integer") + ", got '" + s + "'");
   return v;
 }
 
@@ -82,9 +82,9 @@ struct Options {
     }
   }
   bool has(const std::string& k) const { return kv.count(k) != 0; }
-  int64_t get_int(const std::string& k, int64_t def) const {
+  int64_t get_int(const std::string& k, int64_t def, int64_t least = 1) const {
     auto it = kv.find(k);
-    return it == kv.end() ? def : parse_positive(spec, "option '" + k + "'", it->second);
+    return it == kv.end() ? def : parse_positive(spec, "option '" + k + "'", it->second, least);
   }
   int64_t require_int(const std::string& k) const {
     if (!has(k)) bad_spec(spec, "missing option '" + k + "'");
@@ -282,8 +282,9 @@ Graph build_lenet5(const std::string& spec, const std::vector<std::string>& part
 }
 
 Graph build_cnn(const std::string& spec, const std::vector<std::string>& parts, uint64_t seed) {
-  Options opt(spec, {parts.begin() + 1, parts.end()}, {"in", "hw", "classes"});
+  Options opt(spec, {parts.begin() + 1, parts.end()}, {"in", "hw", "classes", "width", "fc"});
   const int64_t c = opt.get_int("in", 1), hw = opt.get_int("hw", 28), classes = opt.get_int("classes", 10);
+  const int64_t w = opt.get_int("width", 32), fc = opt.get_int("fc", 256, 0);
   if (hw < 8) bad_spec(spec, "cnn needs hw >= 8, got " + std::to_string(hw));
   const int64_t s = ((hw / 2) / 2) / 2;  // three 2x2 max pools (floor), 28 -> 14 -> 7 -> 3
   Builder b(spec, seed);
@@ -295,13 +296,17 @@ Graph build_cnn(const std::string& spec, const std::vector<std::string>& parts, 
     y = b.relu("relu" + n, b.bn("bn" + n, y, cout));
     return b.maxpool("pool" + n, y, 2);
   };
-  std::string x = stage("1", "input", c, 32);
-  x = stage("2", x, 32, 64);
-  x = stage("3", x, 64, 64);
+  std::string x = stage("1", "input", c, w);
+  x = stage("2", x, w, 2 * w);
+  x = stage("3", x, 2 * w, 2 * w);
   x = b.flatten("flatten", x);
-  x = b.relu("relu4", b.gemm("fc1", x, 64 * s * s, 256));
-  x = b.node("Dropout", {x, b.scalar("dropout.ratio", 0.3f)}, "dropout");
-  b.gemm("fc2", x, 256, classes, "logits");
+  if (fc == 0) {
+    b.gemm("fc2", x, 2 * w * s * s, classes, "logits");
+  } else {
+    x = b.relu("relu4", b.gemm("fc1", x, 2 * w * s * s, fc));
+    x = b.node("Dropout", {x, b.scalar("dropout.ratio", 0.3f)}, "dropout");
+    b.gemm("fc2", x, fc, classes, "logits");
+  }
   b.logits_output(classes);
   return std::move(b.g);
 }

@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -218,6 +219,8 @@ class Job {
     PARE_CHECK(pid >= 0, "pare launch: fork: ", std::strerror(errno));
     if (pid == 0) {
       ::setpgid(0, 0);
+      // A launcher killed with SIGKILL (it cannot stop its workers then) takes them with it.
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
       ::signal(SIGCHLD, SIG_DFL);
       ::signal(SIGINT, SIG_DFL);
       ::signal(SIGTERM, SIG_DFL);

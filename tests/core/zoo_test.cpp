@@ -90,6 +90,8 @@ TEST(Zoo, ParameterCountsMatchPyTorch) {
   EXPECT_EQ(m.parameter_count(), 272186);
   // conv 288+18432+36864, BN 64+128+128, fc 147712+2570
   EXPECT_EQ(Module(build_zoo_model("cnn")).parameter_count(), 206186);
+  // width=16, fc=0: conv 144+4608+9216, BN 2*(16+32+32), classifier 32*3*3*10+10
+  EXPECT_EQ(Module(build_zoo_model("cnn,width=16,fc=0")).parameter_count(), 17018);
 }
 
 TEST(Zoo, TransformerWeightsAreParametersAndConstantsAreNot) {
@@ -195,7 +197,7 @@ TEST(Zoo, IsZooSpecTellsSpecsFromPaths) {
 TEST(Zoo, BadSpecsThrowInputErrorListingKnownSpecs) {
   for (const char* s :
        {"vgg16", "mlp:", "mlp:784", "mlp:784-x-10", "mlp:784--10", "mlp:784-10,in=3", "mlp:784-10,foo=1",
-        "resnet:0", "resnet:abc", "resnet:", "lenet5,foo=1", "lenet5,in=0", "cnn,classes", "cnn,in=2,in=3",
+        "resnet:0", "resnet:abc", "resnet:", "lenet5,foo=1", "lenet5,in=0", "cnn,classes", "cnn,in=2,in=3", "cnn,width=0", "cnn,fc=-1",
         "transformer:", "transformer:vocab=10", "transformer:vocab=10,d=30,heads=4,layers=1,classes=2,seq=4",
         "transformer:vocab=10,d=8,heads=2,layers=1,classes=2,seq=4,norm=mid"}) {
     try {
