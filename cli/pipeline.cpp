@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -441,10 +442,20 @@ void Runner::write_run(const std::string& status) {
   write_json(path("run.json"), run);
 }
 
+// One pipeline per run folder at a time: the lock goes with the process, even on SIGKILL.
+void lock_run_dir(const std::string& dir) {
+  const std::string lock = join_path(dir, ".lock");
+  const int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) throw Error("cannot open '" + lock + "': " + std::strerror(errno));
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0)
+    throw Error("the run folder '" + dir + "' is in use by another pare pipeline; wait for it or use another --run-dir");
+}
+
 int Runner::run() {
   size_t first = 0, last = 0;
   check_range(first, last);
   make_dirs(o_.run_dir);
+  lock_run_dir(o_.run_dir);
   write_file_atomic(path("recipe.yaml"), r_.text);
   write_run("running");
   struct sigaction sa {};

@@ -69,6 +69,7 @@ grep -q "01-teacher.*unchanged, skipped" <<<"$out" && grep -q "02-distill.*: run
 "$PARE" pipeline tiny.yaml --run-dir run2 --quiet &
 pid=$!
 for _ in $(seq 1 1200); do [ -f run2/02-distill/checkpoint.pt ] && break; sleep 0.05; done
+expect_exit 1 "run folder 'run2' is in use by another pare pipeline" -- "$PARE" pipeline tiny.yaml --run-dir run2
 kill -9 "$pid"; wait "$pid" 2>/dev/null || true
 sleep 0.5
 [ -f run2/02-distill/checkpoint.pt ] || fail "no checkpoint before the kill"
