@@ -360,8 +360,9 @@ int Runner::run_stage(const RecipeStage& s, bool force) {
              {"key", key}, {"status", "running"}, {"started", now_utc()},
              {"artifact", s.artifact ? json("model.onnx") : json()}, {"input", s.input.empty() ? json() : json(s.input)},
              {"metrics", s.checkpoint ? json("metrics.jsonl") : json()}};
-  st["command"] = s.load.empty() ? json(std::vector<std::string>{"pare"}) : json({"cp", s.load, "model.onnx"});
-  for (const std::string& a : s.command) st["command"].push_back(a);
+  st["command"] = json::array();
+  for (const std::string& a : s.load.empty() ? argv_of(s) : std::vector<std::string>{"cp", s.load, "model.onnx"})
+    st["command"].push_back(a == self_ ? "pare" : a);
   write_json(path(s.dir + "/stage.json"), st);
   if (!o_.quiet) {
     std::string line;
@@ -428,15 +429,19 @@ void Runner::check_range(size_t& first, size_t& last) const {
 void Runner::write_run(const std::string& status) {
   json stages = json::array();
   std::string final_artifact;
+  double seconds = 0;  // what the finished stages took, in this run or the earlier ones they come from
   for (const RecipeStage& s : r_.stages) {
     stages.push_back(s.dir);
     const json st = read_json(path(s.dir + "/stage.json"));
-    if (s.artifact && st.is_object() && st.value("status", "") == "done") final_artifact = s.dir + "/model.onnx";
+    if (!st.is_object() || st.value("status", "") != "done") continue;
+    seconds += st.value("seconds", 0.0);
+    if (s.artifact) final_artifact = s.dir + "/model.onnx";
   }
   json run = {{"format", "pare-run-1"}, {"name", r_.name}, {"recipe", r_.path}, {"pare_version", PARE_VERSION},
               {"torch_version", compat::torch_version()}, {"machine", machine()}, {"status", status},
               {"started", started_}, {"stages", stages},
-              {"seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count()}};
+              {"seconds", seconds},
+              {"wall_seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count()}};
   if (status != "running") run["finished"] = now_utc();
   if (!final_artifact.empty()) run["final"] = final_artifact;
   write_json(path("run.json"), run);
@@ -485,7 +490,7 @@ int Runner::run() {
   const json run = read_json(path("run.json"));
   if (!o_.out.empty() && run.contains("final")) write_file_atomic(o_.out, read_file(path(run["final"])));
   if (!o_.quiet)
-    std::fprintf(stderr, "done in %.1f s: %s%s\n", run.value("seconds", 0.0),
+    std::fprintf(stderr, "done in %.1f s: %s%s\n", run.value("wall_seconds", 0.0),
                  run.contains("final") ? path(run["final"]).c_str() : "no model",
                  o_.out.empty() ? "" : (", copied to " + o_.out).c_str());
   return 0;
