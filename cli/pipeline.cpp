@@ -175,13 +175,14 @@ class Runner {
   json capture(const RecipeStage& s, std::vector<std::string> args) const;
   json summarize(const RecipeStage& s) const;
   int run_stage(const RecipeStage& s, bool force);
-  void check_range(size_t& first, size_t& last) const;
+  void check_range(size_t& first, size_t& last);
   void write_run(const std::string& status);
   void prepare(const RecipeStage& s, const std::string& key, bool& resume) const;
 
   const Recipe& r_;
   PipelineOptions o_;
   std::string self_, started_ = now_utc();
+  size_t last_ = 0;  // the last stage this invocation runs (--until)
   std::map<std::string, std::string> data_hashes_;
   std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
 };
@@ -408,7 +409,7 @@ int Runner::run_stage(const RecipeStage& s, bool force) {
 }
 
 // --from and --until as stage indices; the stages before --from must have finished.
-void Runner::check_range(size_t& first, size_t& last) const {
+void Runner::check_range(size_t& first, size_t& last) {
   auto find = [&](const std::string& name, const char* flag) {
     for (size_t i = 0; i < r_.stages.size(); ++i)
       if (r_.stages[i].name == name) return i;
@@ -418,6 +419,7 @@ void Runner::check_range(size_t& first, size_t& last) const {
   };
   first = o_.from.empty() ? 0 : find(o_.from, "--from");
   last = o_.until.empty() ? r_.stages.size() - 1 : find(o_.until, "--until");
+  last_ = last;
   PARE_CHECK(first <= last, "--from ", o_.from, " comes after --until ", o_.until);
   for (size_t i = 0; i < first; ++i) {
     const json st = read_json(path(r_.stages[i].dir + "/stage.json"));
@@ -433,7 +435,10 @@ void Runner::write_run(const std::string& status) {
   for (const RecipeStage& s : r_.stages) {
     stages.push_back(s.dir);
     const json st = read_json(path(s.dir + "/stage.json"));
-    if (!st.is_object() || st.value("status", "") != "done") continue;
+    // Stages after --until are not this run's, even when an earlier run finished them.
+    if (&s - r_.stages.data() > static_cast<std::ptrdiff_t>(last_) || !st.is_object() ||
+        st.value("status", "") != "done")
+      continue;
     seconds += st.value("seconds", 0.0);
     if (s.artifact) final_artifact = s.dir + "/model.onnx";
   }

@@ -54,6 +54,8 @@ assert json.load(open("run1/03-quantize/stage.json"))["quantization"], "no SQNR 
 assert json.load(open("run1/04-export/stage.json"))["summary"]["engine"] == "rt"
 assert len(open("run1/02-distill/metrics.jsonl").readlines()) == 3
 PYEOF
+expect_exit 0 "done in" -- "$PARE" pipeline tiny.yaml --run-dir run1 --until distill --out until.onnx
+cmp -s until.onnx run1/02-distill/model.onnx && echo "ok: --until: --out is that stage's model" || fail "--until: --out is not the distill model"
 md5sum run1/*/model.onnx > sums.before
 expect_exit 0 "5/5\] eval: unchanged, skipped" -- "$PARE" pipeline tiny.yaml --run-dir run1
 md5sum -c --quiet sums.before && echo "ok: a second run changes nothing" || fail "a second run changed an artifact"
