@@ -124,10 +124,10 @@ def find_pare(pare, who="bench"):
     return pare
 
 
-def measure_pare_train(pare, spec, batch, warmup, steps, threads, tmp, who="bench"):
+def measure_pare_train(pare, spec, batch, warmup, steps, threads, tmp, who="bench", extra=()):
     """Steady-state `pare train` samples/s of zoo model `spec`: pare's samples_per_s counts from
     the first step, so pare runs WARMUP and WARMUP+STEPS steps and the figure is
-    STEPS*BATCH / (seconds(WARMUP+STEPS) - seconds(WARMUP))."""
+    STEPS*BATCH / (seconds(WARMUP+STEPS) - seconds(WARMUP)). `extra`: more train flags."""
     def train(n):
         per_epoch = -(-60000 // batch)
         epochs = -(-n // per_epoch)
@@ -135,7 +135,7 @@ def measure_pare_train(pare, spec, batch, warmup, steps, threads, tmp, who="benc
                          "--epochs", str(epochs), "--batch-size", str(batch), "--lr", "1e-3",
                          "--optimizer", "adam", "--seed", "0", "--max-steps", str(n),
                          "--no-val", "--quiet", "--json", "--threads", str(threads),
-                         "--out", os.path.join(tmp, "model.onnx")], who=who)
+                         "--out", os.path.join(tmp, "model.onnx")] + list(extra), who=who)
     short = train(warmup)
     full = train(warmup + steps)
     dt = full["seconds"] - short["seconds"]

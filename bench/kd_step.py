@@ -4,7 +4,7 @@
     /usr/bin/python3 bench/kd_step.py [--pare PATH] [--batches 32,128] [--steps 200] [--warmup 20]
         [--student-steps 3*STEPS] [--threads 2] [--repeats 1] [--teacher FILE.onnx]
         [--student mlp:784-300-100-10] [--teacher-split test] [--teacher-engines torch,rt,rt-int8]
-        [--json FILE]
+        [--precision fp32|bf16] [--json FILE]
 
 A KD step is: teacher forward (eval mode, no grad), student forward, loss = alpha * KL(batchmean,
 T) * T^2 + (1 - alpha) * cross-entropy (T = 4, alpha = 0.9: pare's defaults), backward, Adam step
@@ -23,6 +23,10 @@ T) * T^2 + (1 - alpha) * cross-entropy (T = 4, alpha = 0.9: pare's defaults), ba
     train-accuracy count), batches gathered from the in-memory dataset by a seeded permutation;
     WARMUP untimed steps then STEPS timed ones. Run in a fresh process with glibc malloc out of
     the box and again with the tuned malloc pare itself uses (bench_util.TUNED_MALLOC).
+--precision bf16 runs both sides' forward passes under bf16 autocast (pare: `--precision bf16`;
+PyTorch: `torch.autocast("cpu", dtype=torch.bfloat16)` around the teacher and student forward and
+the loss), the weights and Adam in fp32 on both; the pare teacher-alone row below stays fp32
+(`pare eval` has no --precision).
 Where the time goes, for both sides, at each batch size:
   - the teacher forward alone: pare `pare eval TEACHER --split SPLIT --batch-size B` (its
     samples_per_s: forward, plus a cross-entropy and argmax per batch), PyTorch the no_grad
@@ -91,18 +95,28 @@ def torch_teacher(path):
     return model.eval()
 
 
-def torch_kd_step(teacher, student, opt, x, y):
+def autocast(precision):
+    """bf16 autocast on the CPU, or nothing for fp32."""
+    import contextlib
+    import torch
+    if precision == "bf16":
+        return torch.autocast("cpu", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def torch_kd_step(teacher, student, opt, x, y, precision="fp32"):
     """One PyTorch KD step with the same per-step work as pare's Trainer: teacher forward without
     grad, alpha * KL(batchmean, T) * T^2 + (1 - alpha) * CE, loss.item(), backward, optimizer
     step, train-accuracy count."""
     import torch
     import torch.nn.functional as F
     T, alpha = TEMPERATURE, ALPHA
-    with torch.no_grad():
-        t = teacher(x)
-    s = student(x)
-    kd = F.kl_div(F.log_softmax(s / T, 1), F.softmax(t / T, 1), reduction="batchmean") * T * T
-    loss = alpha * kd + (1 - alpha) * F.cross_entropy(s, y)
+    with autocast(precision):
+        with torch.no_grad():
+            t = teacher(x).float()
+        s = student(x).float()
+        kd = F.kl_div(F.log_softmax(s / T, 1), F.softmax(t / T, 1), reduction="batchmean") * T * T
+        loss = alpha * kd + (1 - alpha) * F.cross_entropy(s, y)
     loss.item()
     opt.zero_grad()
     loss.backward()
@@ -149,12 +163,12 @@ def torch_worker(args):
         student, opt = student_and_opt()
 
         def step(x, y):
-            torch_kd_step(teacher, student, opt, x, y)
+            torch_kd_step(teacher, student, opt, x, y, args.precision)
         return timed(step, args.steps)
 
     def teacher_phase():
         def step(x, y):
-            with torch.no_grad():
+            with torch.no_grad(), autocast(args.precision):
                 teacher(x)
         return timed(step, args.steps)
 
@@ -162,8 +176,9 @@ def torch_worker(args):
         student, opt = student_and_opt()
 
         def step(x, y):
-            s = student(x)
-            loss = F.cross_entropy(s, y)
+            with autocast(args.precision):
+                s = student(x).float()
+                loss = F.cross_entropy(s, y)
             loss.item()
             opt.zero_grad()
             loss.backward()
@@ -206,10 +221,10 @@ def check_teacher(args, tmp):
     return diff
 
 
-def measure_pare_kd(args, batch, tmp, launcher=(), threads=None, extra=(), teacher=None):
+def measure_pare_kd(args, batch, tmp, launcher=(), threads=None, extra=(), teacher=None, data="fashion-mnist"):
     """Steady-state samples/s of `pare distill`; `launcher` (e.g. pare launch ... --) runs it on
     several ranks, `threads` overrides args.threads per process, `extra` are more distill flags,
-    `teacher` another teacher file than args.teacher."""
+    `teacher` another teacher file than args.teacher, `data` the --data spec."""
     threads = args.threads if threads is None else threads
     teacher = teacher or args.teacher
 
@@ -218,7 +233,7 @@ def measure_pare_kd(args, batch, tmp, launcher=(), threads=None, extra=(), teach
         if os.path.exists(metrics):
             os.remove(metrics)
         run_json(list(launcher) + [args.pare, "distill", "--teacher", teacher, "--student", args.student,
-                  "--data", "fashion-mnist", "--temperature", str(TEMPERATURE), "--alpha", str(ALPHA),
+                  "--data", data, "--temperature", str(TEMPERATURE), "--alpha", str(ALPHA),
                   "--epochs", "100", "--batch-size", str(batch), "--lr", str(LR), "--optimizer", "adam",
                   "--seed", "0", "--max-steps", str(steps), "--no-val", "--quiet", "--json",
                   "--threads", str(threads), "--metrics", metrics,
@@ -247,7 +262,7 @@ def measure_torch(args, batch, tuned):
     return run_json([sys.executable, os.path.abspath(__file__), "--torch-worker", "--teacher",
                      args.teacher, "--student", args.student, "--batch", str(batch), "--steps",
                      str(args.steps), "--student-steps", str(args.student_steps), "--warmup",
-                     str(args.warmup), "--threads", str(args.threads)],
+                     str(args.warmup), "--threads", str(args.threads), "--precision", args.precision],
                     env=torch_env(tuned), who=WHO)
 
 
@@ -270,6 +285,8 @@ def main():
     ap.add_argument("--teacher-engines", default="torch,rt,rt-int8",
                     help="pare teacher engines to time: torch, rt (pare_rt, same teacher), rt-int8 (pare_rt, "
                          "the teacher quantized); the first is the one the detailed tables use")
+    ap.add_argument("--precision", default="fp32", choices=("fp32", "bf16"),
+                    help="forward passes of both sides in fp32 or under bf16 autocast")
     ap.add_argument("--json", default="", help="also write the results to this file")
     ap.add_argument("--torch-worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--torch-check", action="store_true", help=argparse.SUPPRESS)
@@ -307,12 +324,13 @@ def main():
                 sys.exit(f"{WHO}: pare quantize failed (exit {p.returncode}):\n{p.stderr[-3000:]}")
 
         def engine_kd(e, batch):
+            precision = ["--precision", args.precision]
             if e == "torch":
-                return measure_pare_kd(args, batch, tmp)
-            return measure_pare_kd(args, batch, tmp, extra=["--teacher-engine", "rt"],
+                return measure_pare_kd(args, batch, tmp, extra=precision)
+            return measure_pare_kd(args, batch, tmp, extra=["--teacher-engine", "rt"] + precision,
                                    teacher=int8_teacher if e == "rt-int8" else None)
         print(f"# KD step: teacher {teacher_desc}, student {args.student}, T={TEMPERATURE:g} "
-              f"alpha={ALPHA:g}, Adam lr {LR:g}; {args.warmup} warm-up + {args.steps} timed steps "
+              f"alpha={ALPHA:g}, Adam lr {LR:g}, precision {args.precision}; {args.warmup} warm-up + {args.steps} timed steps "
               f"({args.student_steps} for the student alone), "
               f"{args.threads} threads, Fashion-MNIST; pare: {args.pare}", flush=True)
         print(f"# teacher check: torch logits vs `pare run` on 16 test images, max abs diff {diff:.2e}",
@@ -326,7 +344,8 @@ def main():
                     pe[e].append(engine_kd(e, batch))
                 pt.append(measure_pare_teacher(args, batch))
                 ps.append(measure_pare_train(args.pare, args.student, batch, args.warmup,
-                                             args.student_steps, args.threads, tmp, WHO))
+                                             args.student_steps, args.threads, tmp, WHO,
+                                             extra=["--precision", args.precision]))
                 d.append(measure_torch(args, batch, tuned=False))
                 t.append(measure_torch(args, batch, tuned=True))
             row = {"batch": batch, "steps": args.steps, "student_steps": args.student_steps,

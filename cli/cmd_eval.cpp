@@ -16,7 +16,7 @@ namespace pare::cli {
 void add_eval(CLI::App& app, Action& action) {
   auto* cmd = app.add_subcommand("eval", "Accuracy, loss and throughput of a classifier on a dataset");
   struct Opts {
-    std::string model, data, split = "test", normalize, engine = "torch";
+    std::string model, data, split = "test", normalize, engine = "torch", device = "auto";
     int64_t batch_size = 512;
     bool json = false;
     int threads = 0;
@@ -34,6 +34,7 @@ void add_eval(CLI::App& app, Action& action) {
                   "runtime (QDQ on int8 kernels): the accuracy a deployed model has")
       ->check(CLI::IsMember({"torch", "rt"}))
       ->capture_default_str();
+  add_device_option(cmd, o->device, "the model (--engine torch)");
   cmd->add_flag("--json", o->json, "Print the result as JSON");
   cmd->callback([&action, o] {
     action = [o] {
@@ -45,11 +46,14 @@ void add_eval(CLI::App& app, Action& action) {
       if (norm.empty() && g.metadata.count("pare.normalize")) norm = g.metadata["pare.normalize"];
       if (!norm.empty()) core::normalize(ds, norm);
       distill::EvalResult r;
+      PARE_CHECK(o->engine == "torch" || o->device == "cpu" || o->device == "auto", "--device ", o->device,
+                 ": --engine rt (pare_rt) runs on the CPU; use --engine torch for a GPU");
       if (o->engine == "rt") {
         distill::RtTeacher rt(o->model);  // a model run by pare_rt, as a teacher is
         r = distill::evaluate([&](const at::Tensor& x) { return rt.logits(x); }, ds, o->batch_size, rt.describe());
       } else {
         core::Module model(std::move(g));
+        model.to(resolve_device(o->device));
         r = distill::evaluate(model, ds, o->batch_size);
       }
       if (o->json) {

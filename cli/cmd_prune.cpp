@@ -224,6 +224,7 @@ void run_prune(PruneCli& o) {
   }
   job.topts = run.trainer;
   job.topts.progress(!run.quiet);
+  job.topts.device(resolve_device(run.device)).precision(core::parse_precision(run.precision));
   if (job.epochs > 0) job.topts.validate();
   if (!run.data.empty()) job.val_ptr = run.load_data(job.train, job.val, job.model, job.topts);
   const core::ModelSummary before = core::summarize(job.model);
@@ -286,7 +287,7 @@ void add_prune(CLI::App& app, Action& action) {
       ->capture_default_str()->group(d);
   cmd->add_option("--alpha", o->loss.alpha_, "Weight of the KD term; labels' cross entropy gets 1 - alpha")
       ->capture_default_str()->group(d);
-  o->run.add_options(cmd, /*data_optional=*/true);
+  o->run.add_options(cmd, /*data_optional=*/true, /*skip=*/{"--backend"});  // prune runs in one process
   // The pruning schedule owns --schedule here; the learning-rate schedule moves to --lr-schedule.
   cmd->remove_option(cmd->get_option("--schedule"));
   cmd->add_option("--schedule", o->schedule,

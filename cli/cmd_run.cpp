@@ -17,7 +17,7 @@ namespace {
 struct RunOpts {
   std::string model;
   std::vector<std::string> inputs, outputs;
-  std::string parallel = "none", engine = "torch";
+  std::string parallel = "none", engine = "torch", device = "auto";
   int threads = 0;
   bool verbose = false;
 };
@@ -127,9 +127,12 @@ void run_torch(const RunOpts& o) {
   for (auto& [name, path] : outs) extra.push_back(name);
   core::Module m(std::move(g), core::Module::Use::kFrozen);
   m.eval();
+  const at::Device device = resolve_device(o.device);
+  m.to(device);
+  for (auto& f : feeds) f = f.to(device);
   at::NoGradGuard no_grad;
   auto values = m.forward_values(feeds, extra);
-  for (auto& [name, path] : outs) core::save_npy(values.at(name), path);
+  for (auto& [name, path] : outs) core::save_npy(values.at(name).cpu(), path);
 }
 
 }  // namespace
@@ -150,6 +153,7 @@ void add_run(CLI::App& app, Action& action) {
       ->check(CLI::IsMember({"torch", "rt"}))
       ->capture_default_str();
   cmd->add_option("--threads", o->threads, "Intra-op threads (0: every core)");
+  add_device_option(cmd, o->device, "the model (--engine torch)");
   cmd->add_flag("--verbose,-v", o->verbose, "--engine rt: print how the nodes were lowered (int8, fused, folded)");
   cmd->add_option("--parallel", o->parallel,
                   "Under pare launch or torchrun: run the model sharded over the ranks, tensor (tp) or "
@@ -158,6 +162,10 @@ void add_run(CLI::App& app, Action& action) {
   cmd->callback([&action, o] {
     action = [o] {
       PARE_CHECK(o->engine == "torch" || o->parallel == "none", "--parallel runs on --engine torch");
+      PARE_CHECK(o->engine == "torch" || o->device == "cpu" || o->device == "auto", "--device ", o->device,
+                 ": --engine rt (pare_rt) runs on the CPU; use --engine torch for a GPU");
+      PARE_CHECK(o->parallel == "none" || o->device == "cpu" || o->device == "auto", "--parallel ", o->parallel,
+                 " runs on the CPU (a sharded model does not run on GPUs yet); drop --device ", o->device);
       if (o->engine == "rt") run_rt(*o);
       else run_torch(*o);
     };

@@ -20,7 +20,7 @@ void add_teacher_cache(CLI::App& app, Action& action) {
   struct Opts {
     std::vector<std::string> teachers;
     std::vector<double> weights;
-    std::string data, normalize, out;
+    std::string data, normalize, out, device = "auto";
     distill::TeacherCacheOptions cache;
     TeacherSharding sharding;
     int threads = 0;
@@ -44,6 +44,7 @@ void add_teacher_cache(CLI::App& app, Action& action) {
   cmd->add_option("--batch-size,-b", o->cache.batch_size, "Teacher batch")->capture_default_str();
   cmd->add_option("--seed", o->seed, "Seed of the sampled draws and zoo teachers")->capture_default_str();
   cmd->add_option("--threads", o->threads, "Intra-op threads (0: libtorch's default)");
+  add_device_option(cmd, o->device, "the teacher");
   cmd->add_flag("--quiet,-q", o->quiet, "No progress output");
   cmd->add_flag("--json", o->json, "Print a JSON summary on stdout");
   cmd->footer("Under pare launch or torchrun every rank caches its slice of the rows; rank 0 writes the index.");
@@ -56,6 +57,7 @@ void add_teacher_cache(CLI::App& app, Action& action) {
       std::shared_ptr<dist::ProcessGroup> pg;
       if (world.distributed()) pg = dist::ProcessGroup::connect(world);
       auto teacher = o->sharding.load(o->teachers, o->weights, o->seed, pg, o->quiet);
+      teacher->to(resolve_device(o->device));
       core::TensorDataset train = core::load_dataset(o->data, "train");
       if (!o->normalize.empty()) core::normalize(train, o->normalize);
       std::string name;

@@ -38,23 +38,30 @@ void add_commands(CLI::App& app, Action& action);
 /// Sets libtorch's intra-op thread count (0 keeps its default).
 void set_threads(int threads);
 
+/// Adds --device to `cmd` (cpu, cuda, cuda:N or auto; `what` says what runs there).
+CLI::Option* add_device_option(CLI::App* cmd, std::string& device, const std::string& what);
+/// The device --device names for this process: cuda and auto take GPU LOCAL_RANK under a launcher.
+/// Throws InputError (exit 2) when CUDA is asked for and this libtorch or machine has none.
+at::Device resolve_device(const std::string& spec);
+
 /// What train and distill share: data, validation, trainer options and output control.
 struct TrainingRun {
-  std::string data, normalize, val_split = "test", augment;
+  std::string data, normalize, val_split = "test", augment, device = "auto", precision = "fp32", backend = "auto";
   distill::TrainerOptions trainer = distill::TrainerOptions().batch_size(128).epochs(5);
   bool quiet = false, json = false, no_val = false;
   int threads = 0;
 
   /// Adds --data (required unless `data_optional`: a command that can work without data checks
   /// what needs it), the trainer's options (epochs, lr, schedule, checkpoints, ...), --normalize,
-  /// --val-split, --no-val, --threads, --quiet and --json to `cmd`.
-  void add_options(CLI::App* cmd, bool data_optional = false);
-  /// Adds the trainer's options (epochs, lr, schedule, checkpoints, ...) and --augment alone, in
-  /// help group `group`, each needing `needs` when given; flags named in `skip` are left to the
-  /// command (which declares them for a purpose of its own).
+  /// --val-split, --no-val, --threads, --quiet and --json to `cmd` (but the flags named in `skip`).
+  void add_options(CLI::App* cmd, bool data_optional = false, const std::set<std::string>& skip = {});
+  /// Adds the trainer's options (epochs, lr, schedule, checkpoints, device, precision, backend, ...)
+  /// and --augment alone, in help group `group`, each needing `needs` when given; flags named in
+  /// `skip` are left to the command (which declares them for a purpose of its own).
   void add_training_options(CLI::App* cmd, const std::string& group, CLI::Option* needs = nullptr,
                             const std::set<std::string>& skip = {});
-  /// Sets the thread count and returns the validated trainer options.
+  /// Sets the thread count, resolves --device, --precision and --backend, connects the ranks under a
+  /// launcher, and returns the validated trainer options.
   distill::TrainerOptions start() const;
   /// Loads the train split into `train` and, unless --no-val, the validation split into `val`;
   /// applies --normalize to both and records it in `model`'s metadata; sets `opts`' augmentation

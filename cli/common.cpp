@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "cli/commands.h"
+#include "core/device.h"
 #include "core/error.h"
 #include "dist/shard.h"
 #include "dist/world.h"
@@ -30,6 +31,17 @@ void add_commands(CLI::App& app, Action& action) {
 void set_threads(int threads) {
   PARE_CHECK(threads >= 0, "--threads must be >= 0, got ", threads);
   if (threads > 0) at::set_num_threads(threads);
+}
+
+CLI::Option* add_device_option(CLI::App* cmd, std::string& device, const std::string& what) {
+  return cmd->add_option("--device", device,
+                         "Where " + what + " runs: cpu, cuda (under pare launch or torchrun: GPU LOCAL_RANK), "
+                         "cuda:N, or auto (the GPU when this pare's libtorch has CUDA and one is present)")
+      ->capture_default_str();
+}
+
+at::Device resolve_device(const std::string& spec) {
+  return core::parse_device(spec, dist::World::from_env().local_rank);
 }
 
 void TeacherSharding::add_options(CLI::App* cmd) {
@@ -83,11 +95,11 @@ std::unique_ptr<distill::Teacher> TeacherSharding::load(const std::vector<std::s
   return teacher;
 }
 
-void TrainingRun::add_options(CLI::App* cmd, bool data_optional) {
+void TrainingRun::add_options(CLI::App* cmd, bool data_optional, const std::set<std::string>& skip) {
   auto* d = cmd->add_option("--data,-d", data, "fashion-mnist[:DIR] or npy:X.npy,Y.npy");
   if (data_optional) d->description("fashion-mnist[:DIR] or npy:X.npy,Y.npy: to train, score or --analyze");
   else d->required();
-  add_training_options(cmd, "Training");
+  add_training_options(cmd, "Training", nullptr, skip);
   cmd->add_option("--normalize", normalize, "MEAN,STD applied to inputs (recorded in the model's metadata)");
   cmd->add_option("--val-split", val_split, "Split evaluated after each epoch")->capture_default_str();
   cmd->add_flag("--no-val", no_val, "Skip evaluation after each epoch");
@@ -123,6 +135,15 @@ void TrainingRun::add_training_options(CLI::App* cmd, const std::string& group, 
   option("--clip-grad-norm", o.clip_grad_norm_, "Clip the gradient norm (0: off)");
   option("--accumulate", o.accumulate_, "Batches per optimizer step");
   option("--seed", o.seed_, "Seed for weights, data order and dropout", true);
+  if (!skip.count("--device")) add(add_device_option(cmd, device, "training"));
+  option("--precision", precision,
+         "fp32, or bf16 / fp16: teacher and student forward under autocast, weights and optimizer state in fp32 "
+         "(fp16 scales the loss; CUDA only)",
+         true);
+  option("--backend", backend,
+         "Under pare launch or torchrun: the c10d backend, auto (NCCL on CUDA when built with it, else Gloo), "
+         "gloo or nccl",
+         true);
   option("--max-steps", o.max_steps_, "Stop after this many optimizer steps (0: no limit)");
   option("--patience", o.patience_, "Stop after this many epochs without a better validation accuracy");
   option("--keep-best", o.best_path_, "Write the best epoch's model (by validation accuracy) here");
@@ -139,16 +160,21 @@ distill::TrainerOptions TrainingRun::start() const {
   set_threads(threads);
   distill::TrainerOptions opts = trainer;
   opts.progress(!quiet);
-  opts.validate();
-  // Under pare launch or torchrun (WORLD_SIZE > 1): data parallel over the ranks.
   const dist::World world = dist::World::from_env();
+  opts.device(core::parse_device(device, world.local_rank));
+  opts.precision(core::parse_precision(precision));
+  opts.validate();
+  const dist::Backend be = dist::parse_backend(backend, opts.device_);
+  // Under pare launch or torchrun (WORLD_SIZE > 1): data parallel over the ranks.
   if (world.distributed()) {
-    opts.process_group(dist::ProcessGroup::connect(world));
+    opts.process_group(dist::ProcessGroup::connect(world, be, opts.device_));
     if (!quiet && world.rank == 0)
-      std::fprintf(stderr, "data parallel over %d ranks (Gloo): global batch %lld, %lld per rank\n",
-                   world.world_size, (long long)opts.batch_size_,
+      std::fprintf(stderr, "data parallel over %d ranks (%s, %s): global batch %lld, %lld per rank\n",
+                   world.world_size, dist::backend_name(be), opts.device_.str().c_str(), (long long)opts.batch_size_,
                    (long long)(opts.batch_size_ / world.world_size));
   }
+  if (!quiet && world.rank == 0 && (!opts.device_.is_cpu() || opts.precision_ != core::Precision::kFp32))
+    std::fprintf(stderr, "device %s, precision %s\n", opts.device_.str().c_str(), core::precision_name(opts.precision_));
   return opts;
 }
 

@@ -20,6 +20,7 @@
 #include "core/error.h"
 #include "core/file_util.h"
 #include "core/torch_compat.h"
+#include "dist/world.h"
 
 namespace {
 
@@ -119,7 +120,9 @@ int main(int argc, char** argv) {
   CLI::App app{"pare: make big models small and fast (distill, prune, quantize, export)"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("pare ") + PARE_VERSION + " (libtorch " +
-                                        pare::compat::torch_version() + ")");
+                                        pare::compat::torch_version() + ", CUDA " +
+                                        (pare::compat::cuda_built() ? "yes" : "no") + ", NCCL " +
+                                        (pare::dist::nccl_built() ? "yes" : "no") + ")");
   app.footer("Exit codes: 0 ok, 1 runtime failure, 2 bad input or usage.\n"
              "Run 'pare COMMAND --help' for a command's options.");
   pare::cli::Action action;

@@ -422,14 +422,16 @@ namespace {
 
 // Gathers rows of a contiguous CPU tensor with memcpy: no ATen parallel region, so the prefetch
 // thread never spawns intra-op threads that would compete with the training step.
-at::Tensor gather_rows(const at::Tensor& src, const int64_t* idx, int64_t count) {
+// `pinned`: into page-locked memory, from which a GPU copies without blocking.
+at::Tensor gather_rows(const at::Tensor& src, const int64_t* idx, int64_t count, bool pinned) {
   if (!src.is_contiguous() || !src.device().is_cpu()) {
     at::Tensor ids = at::from_blob(const_cast<int64_t*>(idx), {count}, at::kLong).to(src.device());
-    return src.index_select(0, ids);
+    at::Tensor rows = src.index_select(0, ids);
+    return pinned && rows.device().is_cpu() ? rows.pin_memory() : rows;
   }
   std::vector<int64_t> sizes(src.sizes().begin(), src.sizes().end());
   sizes[0] = count;
-  at::Tensor dst = at::empty(sizes, src.options());
+  at::Tensor dst = at::empty(sizes, src.options().pinned_memory(pinned));
   const size_t row = static_cast<size_t>(src.numel() / std::max<int64_t>(src.size(0), 1)) *
                      src.element_size();
   const auto* s = static_cast<const char*>(src.data_ptr());
@@ -446,11 +448,19 @@ Batch DataLoader::make_batch(int64_t b) const {
   const int64_t end = std::min<int64_t>(begin + bs, static_cast<int64_t>(order_.size()));
   PARE_ASSERT(begin < end, "batch ", b, " is outside the epoch of ", order_.size(), " samples");
   Batch out;
-  out.x = gather_rows(ds_.x, order_.data() + begin, end - begin);
-  if (ds_.has_labels()) out.y = gather_rows(ds_.y, order_.data() + begin, end - begin);
+  out.x = gather_rows(ds_.x, order_.data() + begin, end - begin, opts_.pin_memory_);
+  if (ds_.has_labels()) out.y = gather_rows(ds_.y, order_.data() + begin, end - begin, opts_.pin_memory_);
   out.rows = at::from_blob(const_cast<int64_t*>(order_.data() + begin), {end - begin}, at::kLong).clone();
   if (opts_.augment_.any()) augment_batch(out.x, opts_.augment_, opts_.seed_, epoch_, begin);
   out.index = b;
+  return out;
+}
+
+Batch to_device(const Batch& b, const at::Device& d) {
+  if (b.x.device() == d && (!b.y.defined() || b.y.device() == d)) return b;
+  Batch out = b;
+  out.x = b.x.to(d, /*non_blocking=*/b.x.is_pinned());
+  if (b.y.defined()) out.y = b.y.to(d, /*non_blocking=*/b.y.is_pinned());
   return out;
 }
 

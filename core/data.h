@@ -92,6 +92,9 @@ struct LoaderOptions {
   LoaderOptions& drop_last(bool v) { drop_last_ = v; return *this; }
   /// Batches prepared ahead by a background thread (0: none, batches made on next()).
   LoaderOptions& prefetch(int v) { prefetch_ = v; return *this; }
+  /// Batches in pinned (page-locked) host memory, for a GPU to copy without blocking (only with a
+  /// CUDA libtorch: a CPU-only one has no pinned allocator).
+  LoaderOptions& pin_memory(bool v) { pin_memory_ = v; return *this; }
   /// Random augmentation of each batch (see Augment); draws seeded by seed().
   LoaderOptions& augment(Augment a) { augment_ = std::move(a); return *this; }
   /// Replaces the index order of an epoch (distributed samplers plug in here).
@@ -103,11 +106,15 @@ struct LoaderOptions {
   int64_t batch_size_ = 64;
   bool shuffle_ = false;
   uint64_t seed_ = 0;
-  bool drop_last_ = false;
+  bool drop_last_ = false, pin_memory_ = false;
   int prefetch_ = 2;
   Augment augment_;
   std::function<std::vector<int64_t>(int64_t n, int64_t epoch)> sampler_;
 };
+
+/// `b` with its inputs and labels on `d` (copied without blocking from pinned memory); `rows`
+/// stay on the CPU, where per-sample caches look them up.
+Batch to_device(const Batch& b, const at::Device& d);
 
 /// The index order of an epoch: identity, or a permutation seeded by (seed, epoch) that is the
 /// same on every platform (own generator, not the global torch RNG).

@@ -19,7 +19,24 @@ inline const char* torch_version() {
 #endif
 }
 
+/// True when pare was built against a libtorch with CUDA (PARE_WITH_CUDA, set by CMake), whether
+/// or not a device is present.
+bool cuda_built();
 /// True when this libtorch was built with CUDA and a device is present.
 bool cuda_available();
+/// CUDA devices visible to this process (0 without CUDA).
+int cuda_device_count();
+
+/// Autocast of one device type (kCPU or kCUDA): whether it is on and its lower precision.
+/// 1.13 has one setter per device type (set_cpu_enabled, set_autocast_gpu_dtype, ...), 2.x one
+/// setter taking the device type.
+struct AutocastState {
+  bool enabled = false;
+  at::ScalarType dtype = at::kBFloat16;
+};
+AutocastState autocast_state(at::DeviceType type);
+void set_autocast_state(at::DeviceType type, const AutocastState& state);
+/// Drops the casts autocast cached for the weights (call when leaving the outermost scope).
+void autocast_clear_cache();
 
 }  // namespace pare::compat

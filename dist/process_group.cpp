@@ -1,11 +1,14 @@
-// World from the environment, and the c10d shim: ProcessGroup over ProcessGroupGloo.
+// World from the environment, and the c10d shim: ProcessGroup over ProcessGroupGloo or, with a
+// CUDA libtorch, ProcessGroupNCCL (dist/nccl.cpp).
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <cstdlib>
+#include <functional>
 
 #include "core/error.h"
+#include "dist/nccl.h"
 #include "dist/world.h"
 
 namespace pare::dist {
@@ -31,9 +34,26 @@ std::string env_str(const char* name, const std::string& def) {
   return v && *v ? v : def;
 }
 
-class GlooGroup : public ProcessGroup {
+// Gloo's options for this world: the loopback device when every rank is on this host.
+c10::intrusive_ptr<c10d::ProcessGroupGloo::Options> gloo_options(const World& w, std::chrono::milliseconds timeout) {
+  auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
+  if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname)
+    opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
+  else if (w.local_world_size == w.world_size)
+    opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+  else
+    opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+  return opts;
+}
+
+// The one shim over a c10d backend (Gloo or NCCL): the backend differs only in how a group over a
+// store is made (`make_`), the collectives are the same calls.
+class C10dGroup : public ProcessGroup {
  public:
-  GlooGroup(const World& w, std::chrono::milliseconds timeout) : rank_(w.rank), size_(w.world_size) {
+  using Maker = std::function<c10::intrusive_ptr<compat::C10dBackend>(const c10::intrusive_ptr<c10d::Store>&)>;
+
+  C10dGroup(const World& w, Backend backend, const at::Device& device, std::chrono::milliseconds timeout)
+      : rank_(w.rank), size_(w.world_size), backend_(backend) {
     const std::string where = w.master_addr + ":" + std::to_string(w.master_port);
     try {
       c10d::TCPStoreOptions so;
@@ -46,26 +66,27 @@ class GlooGroup : public ProcessGroup {
       if (w.use_agent_store)
         store = c10::make_intrusive<c10d::PrefixStore>("/worker/attempt_" + std::to_string(w.restart_count), store);
       store_ = store;
-      opts_ = c10d::ProcessGroupGloo::Options::create(timeout);
-      if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname)
-        opts_->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
-      else if (w.local_world_size == w.world_size)
-        opts_->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-      else
-        opts_->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
-      pg_ = c10::make_intrusive<c10d::ProcessGroupGloo>(
-          c10::make_intrusive<c10d::PrefixStore>("pare_pg", store_), w.rank, w.world_size, opts_);
+      if (backend == Backend::kNccl) {
+        make_ = [rank = w.rank, size = w.world_size, device, timeout](const c10::intrusive_ptr<c10d::Store>& st) {
+          return make_nccl_backend(st, rank, size, device, timeout);
+        };
+      } else {
+        auto opts = gloo_options(w, timeout);
+        make_ = [rank = w.rank, size = w.world_size, opts](const c10::intrusive_ptr<c10d::Store>& st) {
+          return c10::intrusive_ptr<compat::C10dBackend>(c10::make_intrusive<c10d::ProcessGroupGloo>(st, rank, size, opts));
+        };
+      }
+      pg_ = make_(c10::make_intrusive<c10d::PrefixStore>("pare_pg", store_));
     } catch (const c10::Error& e) {
-      throw Error("rank " + std::to_string(w.rank) + " of " + std::to_string(w.world_size) +
-                  " could not join the process group at " + where + ": " + e.what_without_backtrace());
+      throw Error("rank " + std::to_string(w.rank) + " of " + std::to_string(w.world_size) + " could not join the " +
+                  backend_name(backend) + " process group at " + where + ": " + e.what_without_backtrace());
     }
   }
 
-  GlooGroup(const GlooGroup& parent, const std::string& name)
-      : rank_(parent.rank_), size_(parent.size_), store_(parent.store_), opts_(parent.opts_) {
+  C10dGroup(const C10dGroup& parent, const std::string& name)
+      : rank_(parent.rank_), size_(parent.size_), backend_(parent.backend_), store_(parent.store_), make_(parent.make_) {
     try {
-      pg_ = c10::make_intrusive<c10d::ProcessGroupGloo>(
-          c10::make_intrusive<c10d::PrefixStore>("pare_pg_" + name, store_), rank_, size_, opts_);
+      pg_ = make_(c10::make_intrusive<c10d::PrefixStore>("pare_pg_" + name, store_));
     } catch (const c10::Error& e) {
       throw Error("rank " + std::to_string(rank_) + " could not create process group '" + name +
                   "': " + e.what_without_backtrace());
@@ -73,11 +94,12 @@ class GlooGroup : public ProcessGroup {
   }
 
   std::shared_ptr<ProcessGroup> new_group(const std::string& name) override {
-    return std::make_shared<GlooGroup>(*this, name);
+    return std::make_shared<C10dGroup>(*this, name);
   }
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  Backend backend() const override { return backend_; }
 
   void all_reduce(at::Tensor& t, Reduce op) override {
     const bool low = t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kHalf;  // Gloo 1.13: no bf16
@@ -130,9 +152,10 @@ class GlooGroup : public ProcessGroup {
 
  private:
   int rank_, size_;
+  Backend backend_;
   c10::intrusive_ptr<c10d::Store> store_;
-  c10::intrusive_ptr<c10d::ProcessGroupGloo::Options> opts_;
-  c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
+  Maker make_;
+  c10::intrusive_ptr<compat::C10dBackend> pg_;
   std::vector<c10::intrusive_ptr<c10d::Work>> pending_;
 };
 
@@ -160,8 +183,35 @@ World World::from_env() {
 }
 
 std::shared_ptr<ProcessGroup> ProcessGroup::connect(const World& world, std::chrono::milliseconds timeout) {
-  return std::make_shared<GlooGroup>(world, timeout);
+  return connect(world, Backend::kGloo, at::kCPU, timeout);
 }
+
+std::shared_ptr<ProcessGroup> ProcessGroup::connect(const World& world, Backend backend, const at::Device& device,
+                                                    std::chrono::milliseconds timeout) {
+  if (backend == Backend::kNccl) parse_backend("nccl", device);  // checked: built with NCCL, a CUDA device
+  return std::make_shared<C10dGroup>(world, backend, device, timeout);
+}
+
+bool nccl_built() {
+#ifdef PARE_WITH_NCCL
+  return true;
+#else
+  return false;
+#endif
+}
+
+Backend parse_backend(const std::string& name, const at::Device& device) {
+  if (name == "gloo") return Backend::kGloo;
+  if (name == "auto") return device.is_cuda() && nccl_built() ? Backend::kNccl : Backend::kGloo;
+  PARE_CHECK_OPTION(name == "nccl", "backend", "must be auto, gloo or nccl, got '", name, "'");
+  PARE_CHECK_OPTION(nccl_built(), "backend", "nccl: this pare is built without c10d's NCCL backend (it needs a "
+                    "libtorch with CUDA and NCCL); use gloo");
+  PARE_CHECK_OPTION(device.is_cuda(), "backend", "nccl reduces CUDA tensors, but the device is ", device.str(),
+                    "; use gloo, or a CUDA device");
+  return Backend::kNccl;
+}
+
+const char* backend_name(Backend b) { return b == Backend::kNccl ? "NCCL" : "Gloo"; }
 
 at::Tensor ProcessGroup::reduce_scatter(const at::Tensor& t, Reduce op) {
   PARE_CHECK(t.dim() >= 1 && t.size(0) % size() == 0, "reduce_scatter: dim 0 of ", t.sizes(),

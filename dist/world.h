@@ -41,8 +41,19 @@ struct World {
 
 enum class Reduce { kSum, kAvg };
 
+/// The c10d backend that carries a group's collectives: Gloo (CPU tensors, and CUDA tensors where
+/// libtorch has CUDA) or NCCL (CUDA tensors; a libtorch with CUDA and NCCL).
+enum class Backend { kGloo, kNccl };
+/// True when pare was built with c10d's NCCL backend (PARE_WITH_NCCL, set by CMake).
+bool nccl_built();
+/// "auto" (NCCL for a CUDA device when built with it, else Gloo), "gloo" or "nccl". Throws
+/// InputError naming option "backend" for another name, for nccl without NCCL in this build, and
+/// for nccl with a CPU `device`.
+Backend parse_backend(const std::string& name, const at::Device& device);
+const char* backend_name(Backend b);
+
 /// A process group: collectives over every rank of the World, in the same order on every rank.
-/// Tensors are CPU tensors with Gloo (CUDA tensors with NCCL on a CUDA libtorch). Collectives the
+/// Tensors are CPU tensors with Gloo (or CUDA tensors on a CUDA libtorch), CUDA tensors with NCCL. Collectives the
 /// 1.13 Gloo backend lacks are covered here: kAvg (sum, then divide), bfloat16 and float16 (reduced
 /// in float32), reduce_scatter (all-reduce, keep this rank's slice).
 class ProcessGroup {
@@ -51,10 +62,14 @@ class ProcessGroup {
   /// naming the store address).
   static std::shared_ptr<ProcessGroup> connect(const World& world,
                                                std::chrono::milliseconds timeout = std::chrono::minutes(5));
+  /// The same over `backend`; with NCCL, `device` is this rank's GPU (its collectives run there).
+  static std::shared_ptr<ProcessGroup> connect(const World& world, Backend backend, const at::Device& device,
+                                               std::chrono::milliseconds timeout = std::chrono::minutes(5));
   virtual ~ProcessGroup() = default;
 
   virtual int rank() const = 0;
   virtual int size() const = 0;
+  virtual Backend backend() const = 0;
   /// In place, on every rank.
   virtual void all_reduce(at::Tensor& t, Reduce op = Reduce::kSum) = 0;
   /// Several tensors reduced with one flattened buffer per call; `async` lets the caller start

@@ -38,7 +38,12 @@ std::vector<EpochStats> distill(core::Module& student, Teacher& teacher,
                                 const std::function<void(Trainer&)>& configure) {
   PARE_CHECK(train.size() > 0, "the training set '", train.name, "' is empty");
   core::require_labels(train, "distillation (the hard-label loss and the accuracy)");
-  at::Tensor example = train.x.narrow(0, 0, std::min<int64_t>(2, train.size()));
+  // The student, the teacher and the loss's own tensors (hint projections) live on the trainer's
+  // device; a teacher that cannot move there (pare_rt, a sharded one) says so.
+  const at::Device device = trainer_opts.device_;
+  student.to(device);
+  teacher.to(device);
+  at::Tensor example = train.x.narrow(0, 0, std::min<int64_t>(2, train.size())).to(device);
   check_distill_setup(teacher, student, loss_opts, example);
   if (auto* cache = dynamic_cast<CachedTeacher*>(&teacher)) {
     cache->check(train, loss_opts.temperature_);
@@ -56,7 +61,7 @@ std::vector<EpochStats> distill(core::Module& student, Teacher& teacher,
     at::NoGradGuard no_grad;
     bool was_training = student.is_training();
     student.eval();
-    core::Batch first{example, train.y.narrow(0, 0, example.size(0)), at::arange(example.size(0), at::kLong)};
+    core::Batch first{example, train.y.narrow(0, 0, example.size(0)).to(device), at::arange(example.size(0), at::kLong)};
     loss->prepare(student.forward_values({example}, student_needed), teacher.forward_batch(first, teacher_needed));
     student.train(was_training);
   }

@@ -193,8 +193,7 @@ RtTeacher::~RtTeacher() = default;
 
 std::unordered_map<std::string, at::Tensor> RtTeacher::forward(const at::Tensor& x,
                                                                const std::vector<std::string>& values) {
-  PARE_CHECK(x.defined() && x.device().is_cpu(), describe(), " runs on the CPU; the batch is ",
-             x.defined() ? x.device().str() : std::string("undefined"));
+  PARE_CHECK(x.defined(), describe(), ": the input batch is an undefined tensor");
   std::vector<std::string> extra;
   for (const auto& v : values) {
     if (v == "logits") continue;
@@ -205,7 +204,7 @@ std::unordered_map<std::string, at::Tensor> RtTeacher::forward(const at::Tensor&
     model_ = std::make_unique<rt::Model>(exporter::load_rt_model(spec_, rt::Options().extra_outputs(extra), seed_));
     extra_ = extra;
   }
-  at::Tensor in = x;
+  at::Tensor in = x.device().is_cpu() ? x : x.cpu();  // pare_rt runs on the CPU whatever the student's device
   if (at::isFloatingType(in.scalar_type()) && model_->inputs()[0].dtype == rt::DType::kFloat32) in = in.to(at::kFloat);
   in = in.contiguous();
   std::vector<rt::TensorView> out;
@@ -216,8 +215,8 @@ std::unordered_map<std::string, at::Tensor> RtTeacher::forward(const at::Tensor&
   }
   const size_t n_outputs = model_->outputs().size() - extra_.size();
   std::unordered_map<std::string, at::Tensor> r;
-  r["logits"] = exporter::from_rt(out.at(0));
-  for (size_t k = 0; k < extra_.size(); ++k) r[extra_[k]] = exporter::from_rt(out.at(n_outputs + k));
+  r["logits"] = exporter::from_rt(out.at(0)).to(x.device());
+  for (size_t k = 0; k < extra_.size(); ++k) r[extra_[k]] = exporter::from_rt(out.at(n_outputs + k)).to(x.device());
   return r;
 }
 
@@ -225,9 +224,8 @@ bool RtTeacher::has_value(const std::string& name) const { return name == "logit
 
 std::string RtTeacher::describe() const { return "pare_rt teacher '" + spec_ + "'"; }
 
-void RtTeacher::to(const at::Device& d) {
-  PARE_CHECK(d.is_cpu(), describe(), " runs on the CPU (pare_rt), not on ", d.str());
-}
+// pare_rt runs on the CPU; a student on another device gets the logits copied to its device.
+void RtTeacher::to(const at::Device&) {}
 
 TeacherEngine parse_teacher_engine(const std::string& s, const std::string& option) {
   if (s == "torch") return TeacherEngine::kTorch;
@@ -269,9 +267,9 @@ std::string ShardedTeacher::describe() const {
          std::to_string(r.ranks) + " ranks)";
 }
 
-void ShardedTeacher::to(const at::Device& d) {
-  PARE_CHECK(d.is_cpu(), describe(), " runs on the CPU; it cannot move to ", d.str());
-}
+// The shards run on the CPU (not on GPUs yet); a student on another device gets the logits copied
+// to its device.
+void ShardedTeacher::to(const at::Device&) {}
 
 // ---------------------------------------------------------------------------------------------
 // TorchScriptTeacher

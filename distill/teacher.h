@@ -117,7 +117,7 @@ class RtTeacher : public Teacher {
                                                       const std::vector<std::string>& values) override;
   bool has_value(const std::string& name) const override;
   std::string describe() const override;
-  /// Throws InputError for a device other than the CPU.
+  /// Stays on the CPU: batches from another device are copied to it, the logits back.
   void to(const at::Device& d) override;
 
   const rt::Model& model() const { return *model_; }
@@ -153,7 +153,8 @@ class ShardedTeacher : public Teacher {
   int64_t num_classes(const at::Tensor& example) override;
   std::string describe() const override;
   bool collective() const override { return true; }
-  /// Throws InputError for a device other than the CPU.
+  /// Stays on the CPU (sharded teachers do not run on GPUs yet): batches from another device are
+  /// copied to it, the logits back.
   void to(const at::Device& d) override;
 
   const dist::ShardReport& report() const { return model_->report(); }

@@ -125,6 +125,39 @@ EpochStats stats_from_json(const nlohmann::json& j) {
   return st;
 }
 
+// fp16's dynamic loss scaling, with torch.cuda.amp.GradScaler's defaults: the loss is multiplied by
+// the scale before backward and the gradients divided by it before clipping and the step; a step
+// whose gradients hold Inf or NaN is skipped and the scale halved; 2000 good steps double it.
+struct LossScaler {
+  bool enabled = false;
+  double scale = 65536.0;
+  int64_t good_steps = 0;
+
+  at::Tensor scaled(const at::Tensor& loss) const { return enabled ? loss * scale : loss; }
+  // Unscales the gradients in place; false (and the scale backed off) when one is not finite.
+  bool unscale_and_update(const std::vector<at::Tensor>& params) {
+    if (!enabled) return true;
+    at::NoGradGuard no_grad;
+    at::Tensor bad;
+    for (const auto& p : params) {
+      at::Tensor g = p.grad();
+      if (!g.defined()) continue;
+      g.mul_(1.0 / scale);
+      at::Tensor b = g.isfinite().all().logical_not();
+      bad = bad.defined() ? bad.logical_or(b) : b;
+    }
+    const bool ok = !bad.defined() || !bad.item<bool>();  // one device sync per step
+    if (!ok) {
+      scale *= 0.5;
+      good_steps = 0;
+    } else if (++good_steps >= 2000) {
+      scale *= 2.0;
+      good_steps = 0;
+    }
+    return ok;
+  }
+};
+
 }  // namespace
 
 void TrainerOptions::validate() const {
@@ -146,12 +179,14 @@ void TrainerOptions::validate() const {
   if (resume_ && checkpoint_.empty())
     throw InputError("resume needs checkpoint (the file to resume from)").about("resume").about("checkpoint");
   PARE_CHECK_OPTION(patience_ >= 0, "patience", "must be >= 0, got ", patience_);
+  core::check_precision(precision_, device_);
 }
 
 EvalResult evaluate(core::Module& model, const core::TensorDataset& ds, int64_t batch_size) {
   bool was_training = model.is_training();
   model.eval();
-  EvalResult r = evaluate([&](const at::Tensor& x) { return model.forward({x})[0]; }, ds, batch_size, "");
+  const at::Device d = model.device();
+  EvalResult r = evaluate([&](const at::Tensor& x) { return model.forward({x.to(d)})[0].cpu(); }, ds, batch_size, "");
   model.train(was_training);
   return r;
 }
@@ -189,6 +224,7 @@ struct Trainer::State {
   double loss_sum = 0, best_val = -1, seconds = 0;
   std::map<std::string, double> part_sums;
   std::vector<EpochStats> history;
+  LossScaler scaler;
 };
 
 Trainer::Trainer(core::Module& model, TrainerOptions opts) : model_(model), opts_(std::move(opts)) {
@@ -196,7 +232,7 @@ Trainer::Trainer(core::Module& model, TrainerOptions opts) : model_(model), opts
   loss_fn_ = [](core::Module& m, const core::Batch& b) {
     StepOutput out;
     out.logits = m.forward({b.x})[0];
-    out.loss = at::cross_entropy_loss(out.logits, b.y);
+    out.loss = at::cross_entropy_loss(out.logits.to(at::kFloat), b.y);  // fp32 under autocast too
     return out;
   };
 }
@@ -260,6 +296,8 @@ void Trainer::save_checkpoint(const State& st) {
   archive.write("rng", at::detail::getDefaultCPUGenerator().get_state(), true);
   nlohmann::json j = {{"history", nlohmann::json::array()}, {"seed", opts_.seed_}, {"batch_size", opts_.batch_size_}};
   state_fields(st, to_json_of(j));
+  j["loss_scale"] = st.scaler.scale;
+  j["loss_scale_good_steps"] = st.scaler.good_steps;
   for (auto& h : st.history) j["history"].push_back(stats_json(h));
   archive.write("state", c10::IValue(j.dump()));
   write_file_atomic(opts_.checkpoint_, [&](std::ostream& os) { archive.save_to(os); });
@@ -270,7 +308,9 @@ bool Trainer::load_checkpoint(State& st) {
   if (!opts_.resume_ || !file_exists(path)) return false;
   torch::serialize::InputArchive archive;
   try {
-    archive.load_from(path);
+    // Tensors land on the model's device, whichever device wrote them (a GPU checkpoint resumes
+    // on the CPU and back).
+    archive.load_from(path, model_.device());
     at::NoGradGuard no_grad;
     auto restore = [&](const std::string& name, bool buffer) {
       at::Tensor t;
@@ -293,7 +333,7 @@ bool Trainer::load_checkpoint(State& st) {
     at::Tensor rng;
     archive.read("rng", rng, true);
     at::Generator gen = at::detail::getDefaultCPUGenerator();
-    gen.set_state(rng);
+    gen.set_state(rng.cpu());
     c10::IValue state;
     archive.read("state", state);
     auto j = nlohmann::json::parse(state.toStringRef());
@@ -304,6 +344,8 @@ bool Trainer::load_checkpoint(State& st) {
           .about("seed")
           .about("batch_size");
     state_fields(st, from_json_of(j));
+    st.scaler.scale = j.value("loss_scale", st.scaler.scale);
+    st.scaler.good_steps = j.value("loss_scale_good_steps", int64_t{0});
     for (auto& h : j.at("history")) st.history.push_back(stats_from_json(h));
   } catch (const Error&) {
     throw;
@@ -359,6 +401,7 @@ std::unique_ptr<Trainer::Run> Trainer::start_run(const core::TensorDataset& trai
                          .shuffle(true)
                          .seed(opts_.seed_)
                          .augment(opts_.augment_)
+                         .pin_memory(core::wants_pinned_memory(opts_.device_))
                          .prefetch(2);
   if (sampler_) loader_opts.sampler(sampler_);
   auto run = std::make_unique<Run>(train, loader_opts, opts_.progress_ && writer_, opts_.batch_size_);
@@ -377,16 +420,22 @@ void Trainer::train_epoch(Run& run, State& st, const core::TensorDataset& train)
   run.t0 = Clock::now();
   run.seconds_before = st.seconds;
   run.samples_before = st.samples;
-  core::Batch b;
-  while (st.step < run.total_steps && run.loader.next(b)) {
+  core::Batch next;
+  while (st.step < run.total_steps && run.loader.next(next)) {
+    const core::Batch b = core::to_device(next, opts_.device_);
     if (st.batch % opts_.accumulate_ == 0) {
       optimizer_->zero_grad();
       double lr = lr_at(st.step, run.total_steps, run.steps_per_epoch);
       for (auto& group : optimizer_->param_groups()) group.options().set_lr(lr);
     }
-    StepOutput out = loss_fn_(model_, b);
+    StepOutput out;
+    {
+      core::AutocastScope amp(opts_.device_, opts_.precision_);
+      out = loss_fn_(model_, b);
+    }
     if (st.step == 0 && st.batch == 0) check_logits(out.logits, b.y, "training on '" + train.name + "'");
-    // On the CPU reading the loss costs nothing: check every batch, before any update.
+    // On the CPU reading the loss costs nothing: check every batch, before any update (on a GPU
+    // this waits for the step's forward, one synchronisation per batch).
     const double l = out.loss.item<double>();
     if (!std::isfinite(l))
       throw Error("training diverged: the loss is " + std::to_string(l) + " at step " +
@@ -394,7 +443,7 @@ void Trainer::train_epoch(Run& run, State& st, const core::TensorDataset& train)
                   "); lower lr or check the data for NaN/Inf" +
                   (opts_.checkpoint_.empty() ? "" : "; '" + opts_.checkpoint_ + "' holds the last good state"))
           .about("lr");
-    (opts_.accumulate_ > 1 ? out.loss / static_cast<double>(opts_.accumulate_) : out.loss).backward();
+    st.scaler.scaled(opts_.accumulate_ > 1 ? out.loss / static_cast<double>(opts_.accumulate_) : out.loss).backward();
     ++st.batch;
     const int64_t n = b.y.size(0);
     run.step_samples += n;
@@ -407,8 +456,10 @@ void Trainer::train_epoch(Run& run, State& st, const core::TensorDataset& train)
     if (run.grad_sync) run.grad_sync->sync(run.step_samples);
     run.step_samples = 0;
     for (auto& cb : after_backward_cbs_) cb();
-    if (opts_.clip_grad_norm_ > 0) torch::nn::utils::clip_grad_norm_(run.params, opts_.clip_grad_norm_);
-    optimizer_->step();
+    if (st.scaler.unscale_and_update(run.params)) {  // fp16: skip a step whose gradients overflowed
+      if (opts_.clip_grad_norm_ > 0) torch::nn::utils::clip_grad_norm_(run.params, opts_.clip_grad_norm_);
+      optimizer_->step();
+    }
     ++st.step;
     for (auto& cb : step_cbs_) cb(st.step, l);
     run.progress.update(st.epoch + 1, opts_.epochs_, st.batch, run.batches, st.loss_sum / st.samples,
@@ -485,9 +536,14 @@ std::vector<EpochStats> Trainer::fit(const core::TensorDataset& train, const cor
   core::require_labels(train, "training");
   if (val) core::require_labels(*val, "validation");
   at::manual_seed(opts_.seed_);
+  if (model_.device() != opts_.device_) model_.to(opts_.device_);
+  for (const auto& e : extra_)
+    PARE_ASSERT(e.device() == opts_.device_, "a loss tensor is on ", e.device().str(), ", the model on ",
+                opts_.device_.str(), ": create it on the trainer's device");
   make_optimizer();
   std::unique_ptr<Run> run = start_run(train);
   State st;
+  st.scaler.enabled = opts_.precision_ == core::Precision::kFp16;
   if (load_checkpoint(st) && run->show)
     std::fprintf(stderr, "resuming from %s: epoch %lld, batch %lld, step %lld\n", opts_.checkpoint_.c_str(),
                  (long long)st.epoch + 1, (long long)st.batch, (long long)st.step);

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/data.h"
+#include "core/device.h"
 #include "core/module.h"
 
 namespace torch::optim {
@@ -62,6 +63,14 @@ struct TrainerOptions {
   TrainerOptions& process_group(std::shared_ptr<dist::ProcessGroup> pg) { process_group_ = std::move(pg); return *this; }
   /// True unless this is a rank other than 0 of a process group: the process that writes files.
   bool is_writer() const;
+  /// Where the model trains (core::parse_device): the trainer moves the model there, copies each
+  /// batch there (prepared in pinned host memory for a GPU, copied without blocking) and maps a
+  /// checkpoint written on any device onto it, so a GPU run resumes on the CPU and back.
+  TrainerOptions& device(at::Device v) { device_ = v; return *this; }
+  /// The forward passes' precision (teacher and student, under autocast); weights and optimizer
+  /// state stay fp32. fp16 scales the loss (dynamic, as torch.cuda.amp.GradScaler) and skips a
+  /// step whose gradients overflow; bf16 needs no scaling.
+  TrainerOptions& precision(core::Precision v) { precision_ = v; return *this; }
   /// Stop after this many optimizer steps in total (0: no limit); used by benchmarks.
   TrainerOptions& max_steps(int64_t v) { max_steps_ = v; return *this; }
   /// JSON lines written (atomically, rewritten each epoch) to this path; "" for none.
@@ -87,6 +96,8 @@ struct TrainerOptions {
   std::string optimizer_ = "adam", schedule_ = "constant", metrics_path_, checkpoint_, best_path_;
   bool nesterov_ = false, progress_ = true, resume_ = false;
   uint64_t seed_ = 0;
+  at::Device device_ = at::kCPU;
+  core::Precision precision_ = core::Precision::kFp32;
   core::Augment augment_;
   std::shared_ptr<dist::ProcessGroup> process_group_;
 
@@ -108,7 +119,7 @@ struct EvalResult {
   int64_t samples = 0;
 };
 
-/// Evaluates `model` (in eval mode, no grad) on `ds`; restores its train/eval mode after.
+/// Evaluates `model` (in eval mode, no grad, on its device) on `ds`; restores its train/eval mode after.
 /// Throws InputError when the model's output is not [N, classes] or labels are out of range.
 EvalResult evaluate(core::Module& model, const core::TensorDataset& ds, int64_t batch_size = 512);
 /// Same for any classifier given as a function from a batch to its logits (a pare_rt model, a

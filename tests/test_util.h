@@ -1,5 +1,5 @@
-// Helpers shared by the GoogleTest suites: a scratch folder, InputError expectations, and two ops
-// that are not in core.
+// Helpers shared by the GoogleTest suites: a scratch folder, InputError expectations, a toy data
+// set, and two ops that are not in core.
 #pragma once
 
 #include <dirent.h>
@@ -12,6 +12,9 @@
 #include <string>
 #include <vector>
 
+#include <ATen/CPUGeneratorImpl.h>
+
+#include "core/data.h"
 #include "core/error.h"
 #include "core/op_registry.h"
 
@@ -76,6 +79,20 @@ void expect_option_error(Fn fn, const std::string& option, const std::vector<std
     for (const auto& p : parts)
       EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << "message '" << e.what() << "' lacks '" << p << "'";
   }
+}
+
+/// Two Gaussian blobs in 784-d shaped like Fashion-MNIST images: label 0 around 0, label 1 around 1.
+inline core::TensorDataset two_blobs(int64_t n, uint64_t seed) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  at::Tensor y = at::randint(0, 2, {n}, gen, at::kLong);
+  at::Tensor x = at::randn({n, 1, 28, 28}, gen) * 0.5 + y.to(at::kFloat).view({n, 1, 1, 1});
+  return {x, y, "blobs"};
+}
+
+/// ||a - ref|| / ||ref||, in float64 on the CPU.
+inline double relative_error(const at::Tensor& a, const at::Tensor& ref) {
+  at::Tensor r = ref.detach().cpu().to(at::kDouble);
+  return (a.detach().cpu().to(at::kDouble) - r).norm().item<double>() / r.norm().item<double>();
 }
 
 /// Registers two ops that core does not have, for the tests that show how each pass meets a new op

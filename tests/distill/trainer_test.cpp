@@ -3,21 +3,13 @@
 #include "core/error.h"
 #include "core/zoo.h"
 #include "distill/trainer.h"
+#include "tests/test_util.h"
 
 using namespace pare;
-
-namespace {
-// Two Gaussian blobs in 784-d, shaped like Fashion-MNIST images.
-core::TensorDataset blobs(int64_t n, uint64_t seed) {
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-  at::Tensor y = at::randint(0, 2, {n}, gen, at::kLong);
-  at::Tensor x = at::randn({n, 1, 28, 28}, gen) * 0.5 + y.to(at::kFloat).view({n, 1, 1, 1});
-  return {x, y, "blobs"};
-}
-}  // namespace
+using pare::testing::two_blobs;
 
 TEST(Trainer, LearnsSeparableData) {
-  auto train = blobs(512, 1), test = blobs(256, 2);
+  auto train = two_blobs(512, 1), test = two_blobs(256, 2);
   core::Module m(core::build_zoo_model("mlp:784-16-2", 0));
   double before = distill::evaluate(m, test).accuracy;
   distill::Trainer t(m, distill::TrainerOptions().epochs(2).batch_size(32).lr(1e-3).seed(1).progress(false));
@@ -29,7 +21,7 @@ TEST(Trainer, LearnsSeparableData) {
 }
 
 TEST(Trainer, SameSeedSameWeights) {
-  auto train = blobs(128, 1);
+  auto train = two_blobs(128, 1);
   auto run = [&](uint64_t seed) {
     core::Module m(core::build_zoo_model("mlp:784-8-2", 5));
     distill::Trainer(m, distill::TrainerOptions().epochs(1).batch_size(16).seed(seed).progress(false))
@@ -46,7 +38,7 @@ TEST(Trainer, SameSeedSameWeights) {
 }
 
 TEST(Trainer, NonFiniteLossStopsTheRunNamingTheStep) {
-  auto train = blobs(64, 1);
+  auto train = two_blobs(64, 1);
   train.x[3].fill_(std::numeric_limits<float>::infinity());
   core::Module m(core::build_zoo_model("mlp:784-8-2", 0));
   distill::Trainer t(m, distill::TrainerOptions().epochs(1).batch_size(64).progress(false));
@@ -59,7 +51,7 @@ TEST(Trainer, NonFiniteLossStopsTheRunNamingTheStep) {
 }
 
 TEST(Trainer, StepCallbacksSeeEveryStepAndMaxStepsStops) {
-  auto train = blobs(100, 1);
+  auto train = two_blobs(100, 1);
   core::Module m(core::build_zoo_model("mlp:784-8-2", 0));
   distill::Trainer t(m, distill::TrainerOptions().epochs(3).batch_size(10).max_steps(13).progress(false));
   std::vector<int64_t> steps;
