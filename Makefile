@@ -1,11 +1,12 @@
 # pare: the two commands of the README.
 #   make demo   install what is missing, build, run the main pipeline on Fashion-MNIST
 #   make test   install what is missing, build, run the whole test suite
+#   make fuzz   the parsers' libFuzzer targets, FUZZ_SECONDS each (tests/fuzz/run)
 BUILD ?= build
 JOBS ?= $(shell nproc)
 STAMP := .deps-stamp
 
-.PHONY: all build demo test deps clean bench
+.PHONY: all build demo test deps clean bench fuzz
 
 all: build
 
@@ -29,6 +30,10 @@ demo: build
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 1500
+
+# libFuzzer targets (tests/fuzz, clang-16, ASan + UBSan) for FUZZ_SECONDS each (default 60).
+fuzz: $(STAMP)
+	tests/fuzz/run
 
 bench: build
 	PARE=$(BUILD)/cli/pare bench/train_throughput.sh

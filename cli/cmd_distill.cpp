@@ -47,7 +47,7 @@ void add_distill(CLI::App& app, Action& action) {
     distill::DistillLossOptions loss;
   };
   auto o = std::make_shared<Opts>();
-  cmd->add_option("--teacher,-t", o->teachers, "Teacher: ONNX file, zoo spec, TorchScript (.pt) or cache:DIR (pare teacher-cache); repeat for an ensemble")
+  cmd->add_option("--teacher,-t", o->teachers, "Teacher: ONNX file, zoo spec, TorchScript (.pt) or cache:DIR (pare teacher-cache); repeat for an ensemble (loading TorchScript runs the code in the file, as torch.load of a pickle does: only files you trust)")
       ->required();
   cmd->add_option("--teacher-weights", o->teacher_weights, "Ensemble weights, e.g. 0.7,0.3 (default: equal)")
       ->delimiter(',');

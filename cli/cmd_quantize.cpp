@@ -277,7 +277,8 @@ void add_quantize(CLI::App& app, Action& action) {
   o->loss.temperature(4).alpha(0.9);
   cmd->add_option("--teacher,-t", o->teachers,
                   "Teacher for QAT with distillation: ONNX file, zoo spec or TorchScript; repeat for "
-                  "an ensemble (without one, QAT trains on the labels' cross entropy)")
+                  "an ensemble (without one, QAT trains on the labels' cross entropy; loading TorchScript runs the code in "
+                  "the file: only files you trust)")
       ->group(qg)->needs(qat);
   cmd->add_option("--temperature,-T", o->loss.temperature_, "Softmax temperature of the KD term")
       ->capture_default_str()->group(qg)->needs(qat);

@@ -28,7 +28,7 @@ void add_teacher_cache(CLI::App& app, Action& action) {
     uint64_t seed = 0;
   };
   auto o = std::make_shared<Opts>();
-  cmd->add_option("--teacher,-t", o->teachers, "Teacher: ONNX file, zoo spec or TorchScript (.pt); repeat for an ensemble")
+  cmd->add_option("--teacher,-t", o->teachers, "Teacher: ONNX file, zoo spec or TorchScript (.pt); repeat for an ensemble (loading TorchScript runs the code in the file, as torch.load of a pickle does: only files you trust)")
       ->required();
   cmd->add_option("--teacher-weights", o->weights, "Ensemble weights (default: equal)")->delimiter(',');
   cmd->add_option("--data,-d", o->data, "fashion-mnist[:DIR], npy:X.npy,Y.npy or npy:X.npy (its train split is cached; labels are not read)")->required();

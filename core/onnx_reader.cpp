@@ -60,11 +60,14 @@ Tensor empty_tensor(int elem_type, std::vector<int64_t> dims, int64_t nbytes) {
   return t;
 }
 
-// Elements of `dims`, checking each is >= 0 and the byte count fits in int64.
+// Elements of `dims`, checking the rank, that each is in [0, kMaxDim] and the byte count fits in
+// int64.
 int64_t checked_numel(const std::vector<int64_t>& dims, int64_t elem, const std::string& what) {
+  PARE_CHECK(dims.size() <= kMaxRank, what, " has ", dims.size(), " dimensions; pare takes at most ", kMaxRank);
   int64_t numel = 1;
   for (int64_t d : dims) {
     PARE_CHECK(d >= 0, what, " has a negative dimension in shape ", dims_str(dims));
+    PARE_CHECK(d <= kMaxDim, what, " has dimension ", d, " in shape ", dims_str(dims), "; pare takes at most ", kMaxDim);
     PARE_CHECK(d == 0 || numel <= std::numeric_limits<int64_t>::max() / elem / d, what, " has shape ",
                dims_str(dims), ", too large to address");
     numel *= d;
@@ -315,10 +318,14 @@ ValueInfo value_info_from_proto(const onnx::ValueInfoProto& vp, const std::strin
   const auto& tt = vp.type().tensor_type();
   vi.elem_type = tt.elem_type();
   vi.has_shape = tt.has_shape();
+  PARE_CHECK(static_cast<size_t>(tt.shape().dim_size()) <= kMaxRank, role, " '", vp.name(), "' declares ",
+             tt.shape().dim_size(), " dimensions; pare takes at most ", kMaxRank);
   for (const auto& d : tt.shape().dim()) {
     Dim dim;
     if (d.has_dim_value()) {
       PARE_CHECK(d.dim_value() >= 0, role, " '", vp.name(), "' has negative dimension ", d.dim_value());
+      PARE_CHECK(d.dim_value() <= kMaxDim, role, " '", vp.name(), "' declares dimension ", d.dim_value(),
+                 "; pare takes at most ", kMaxDim);
       dim.value = d.dim_value();
     } else {
       dim.symbol = d.dim_param();
@@ -341,8 +348,24 @@ Model model_from_proto(const onnx::ModelProto& m, const std::string& model_dir) 
   bool has_default_opset = false;
   for (const auto& op : m.opset_import()) {
     const std::string domain = op.domain() == "ai.onnx" ? "" : op.domain();
+    const bool pare_own = domain == "pare" || domain.rfind("pare.", 0) == 0;
+    if (!domain.empty() && domain != "ai.onnx.ml" && domain != "com.microsoft" && !pare_own) {
+      std::string user;  // the first node of that domain, to name in the message
+      for (const auto& n : gp.node())
+        if (n.domain() == domain) {
+          user = "; node " + n.op_type() + " '" + n.name() + "' is of that domain";
+          break;
+        }
+      throw InputError("the model imports domain '" + domain + "', which pare does not implement (known: " +
+                       known_domains() + ")" + user);
+    }
     r.opsets[domain] = op.version();
     if (domain.empty()) {
+      PARE_CHECK(op.version() >= kMinOpset && op.version() <= kMaxOpset, "the model imports opset ", op.version(),
+                 " of the default ONNX domain; pare implements opsets ", kMinOpset, " to ", kMaxOpset,
+                 op.version() > kMaxOpset ? " (re-export it with an older opset, e.g. torch.onnx.export(..., "
+                                            "opset_version=17))"
+                                          : "");
       r.opset = op.version();
       has_default_opset = true;
     }
@@ -431,6 +454,8 @@ std::string Node::label() const {
   if (!name.empty()) return op_type + " '" + name + "'";
   return op_type + " #" + std::to_string(index);
 }
+
+const char* known_domains() { return "the default ai.onnx, ai.onnx.ml, com.microsoft, pare and pare.*"; }
 
 Model parse_model(const std::string& bytes, const std::string& origin) {
   const std::string where = "'" + origin + "'";

@@ -3,7 +3,8 @@
 // makes oneDNN memory of them). Everything a hostile file could lie about is checked here, before
 // anything is allocated from it: truncated or malformed protobuf, negative or overflowing dims,
 // data sizes against shapes, external data that escapes the model's folder or is short, sparse
-// initializers whose indices fall outside their shape.
+// initializers whose indices fall outside their shape, opsets and domains pare does not implement,
+// ranks and dimensions past kMaxRank and kMaxDim.
 //
 //   reader::Model m = reader::read_model("student.onnx");
 //   for (auto& [name, t] : m.initializers) use(t.data, t.dims, t.elem_type);
@@ -22,6 +23,18 @@
 #include <vector>
 
 namespace pare::reader {
+
+/// What a model may declare. Opsets of the default domain outside [kMinOpset, kMaxOpset] are
+/// refused (the newest is what pare's op harness checks against ONNX Runtime; a model from a
+/// newer ONNX may mean other semantics by the same op names), and so are imports of domains other
+/// than the default, ai.onnx.ml, com.microsoft (MatMulNBits) and pare's own (pare: FakeQuantize;
+/// pare.*: extensions). Tensors and
+/// declared shapes have at most kMaxRank dimensions, each at most kMaxDim.
+constexpr int64_t kMinOpset = 6, kMaxOpset = 21;
+constexpr size_t kMaxRank = 32;
+constexpr int64_t kMaxDim = int64_t{1} << 40;
+/// The domains a model may import, for messages.
+const char* known_domains();
 
 /// ONNX TensorProto.DataType numbers this reader decodes.
 enum ElemType : int {

@@ -5,10 +5,12 @@
 #include <torch/optim.h>
 #include <torch/serialize.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -123,6 +125,61 @@ EpochStats stats_from_json(const nlohmann::json& j) {
   for (auto& [k, v] : j.items())
     if (k.rfind("loss_", 0) == 0) st.loss_parts[k.substr(5)] = v.get<double>();
   return st;
+}
+
+// A checkpoint file: "PARECKPT", a format version, the CRC-32 and byte count of the payload (8 bytes,
+// little-endian), then the payload, libtorch's archive. libtorch reads its zip records without
+// checking their CRCs, so without this a flipped byte in a weight would load silently.
+constexpr char kCheckpointMagic[8] = {'P', 'A', 'R', 'E', 'C', 'K', 'P', 'T'};
+constexpr uint32_t kCheckpointVersion = 1;
+constexpr size_t kCheckpointHeader = 8 + 4 + 4 + 8;
+
+uint32_t crc_of(const std::string& bytes) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  for (size_t at = 0; at < bytes.size();) {  // zlib's length is 32-bit
+    const uInt n = static_cast<uInt>(std::min<size_t>(bytes.size() - at, 1u << 30));
+    crc = crc32(crc, reinterpret_cast<const Bytef*>(bytes.data() + at), n);
+    at += n;
+  }
+  return static_cast<uint32_t>(crc);
+}
+
+std::string checked_checkpoint(const std::string& payload) {
+  std::string out(kCheckpointHeader, '\0');
+  const uint32_t version = kCheckpointVersion, crc = crc_of(payload);
+  const uint64_t size = payload.size();
+  std::memcpy(&out[0], kCheckpointMagic, 8);
+  std::memcpy(&out[8], &version, 4);
+  std::memcpy(&out[12], &crc, 4);
+  std::memcpy(&out[16], &size, 8);
+  return out + payload;
+}
+
+// The payload of checkpoint file `path` (its bytes in `file`), after checking its header and CRC.
+// Checkpoints of pare before checksums (a bare libtorch archive, a zip file) are returned whole.
+// Throws InputError naming the file when it is truncated or damaged: nothing of it is loaded.
+std::string checkpoint_payload(std::string file, const std::string& path) {
+  if (file.compare(0, 2, "PK") == 0) return file;
+  const std::string why = "'" + path + "' is not a usable pare checkpoint: ";
+  const std::string what_now = "; nothing was loaded (restore a good copy, or delete it to start afresh)";
+  PARE_CHECK(file.size() >= kCheckpointHeader && std::memcmp(file.data(), kCheckpointMagic, 8) == 0, why,
+             file.size() < kCheckpointHeader ? "it is truncated (" + std::to_string(file.size()) + " bytes)"
+                                             : std::string("it does not start with a pare checkpoint header"),
+             what_now);
+  uint32_t version = 0, crc = 0;
+  uint64_t size = 0;
+  std::memcpy(&version, &file[8], 4);
+  std::memcpy(&crc, &file[12], 4);
+  std::memcpy(&size, &file[16], 8);
+  PARE_CHECK(version == kCheckpointVersion, why, "format version ", version, " is not ", kCheckpointVersion,
+             " (written by another pare)", what_now);
+  PARE_CHECK(size == file.size() - kCheckpointHeader, why, "it is truncated or padded: the header announces ", size,
+             " bytes of checkpoint, the file holds ", file.size() - kCheckpointHeader, what_now);
+  file.erase(0, kCheckpointHeader);
+  const uint32_t actual = crc_of(file);
+  PARE_CHECK(actual == crc, why, "its checksum does not match (CRC-32 ", actual, ", written ", crc,
+             "): the file was damaged after pare wrote it", what_now);
+  return file;
 }
 
 // fp16's dynamic loss scaling, with torch.cuda.amp.GradScaler's defaults: the loss is multiplied by
@@ -300,7 +357,9 @@ void Trainer::save_checkpoint(const State& st) {
   j["loss_scale_good_steps"] = st.scaler.good_steps;
   for (auto& h : st.history) j["history"].push_back(stats_json(h));
   archive.write("state", c10::IValue(j.dump()));
-  write_file_atomic(opts_.checkpoint_, [&](std::ostream& os) { archive.save_to(os); });
+  std::ostringstream payload;
+  archive.save_to(payload);
+  write_file_atomic(opts_.checkpoint_, checked_checkpoint(payload.str()));
 }
 
 bool Trainer::load_checkpoint(State& st) {
@@ -309,31 +368,33 @@ bool Trainer::load_checkpoint(State& st) {
   torch::serialize::InputArchive archive;
   try {
     // Tensors land on the model's device, whichever device wrote them (a GPU checkpoint resumes
-    // on the CPU and back).
-    archive.load_from(path, model_.device());
+    // on the CPU and back). Everything is read and checked before anything of the run changes, so
+    // a checkpoint that does not fit is never loaded half.
+    const std::string payload = checkpoint_payload(read_file(path), path);
+    archive.load_from(payload.data(), payload.size(), model_.device());
     at::NoGradGuard no_grad;
-    auto restore = [&](const std::string& name, bool buffer) {
+    std::vector<std::pair<at::Tensor, at::Tensor>> copies;  // model tensor <- checkpoint tensor
+    auto read_model_tensor = [&](const std::string& name, bool buffer) {
       at::Tensor t;
       archive.read("model/" + name, t, buffer);
       at::Tensor dst = model_.initializer(name);
       PARE_CHECK(t.sizes() == dst.sizes(), "'", path, "': tensor '", name, "' has shape ",
                  t.sizes(), " in the checkpoint but ", dst.sizes(), " in the model");
-      dst.copy_(t);
+      copies.emplace_back(dst, t);
     };
-    for (auto& n : model_.parameter_names()) restore(n, false);
-    for (auto& n : model_.buffer_names()) restore(n, true);
+    for (auto& n : model_.parameter_names()) read_model_tensor(n, false);
+    for (auto& n : model_.buffer_names()) read_model_tensor(n, true);
     for (size_t i = 0; i < extra_.size(); ++i) {
       at::Tensor t;
       archive.read("extra/" + std::to_string(i), t);
-      extra_[i].copy_(t);
+      PARE_CHECK(t.sizes() == extra_[i].sizes(), "'", path, "': loss tensor ", i, " has shape ", t.sizes(),
+                 " in the checkpoint but ", extra_[i].sizes(), " in this run");
+      copies.emplace_back(extra_[i], t);
     }
     torch::serialize::InputArchive optim;
     archive.read("optimizer", optim);
-    optimizer_->load(optim);
     at::Tensor rng;
     archive.read("rng", rng, true);
-    at::Generator gen = at::detail::getDefaultCPUGenerator();
-    gen.set_state(rng.cpu());
     c10::IValue state;
     archive.read("state", state);
     auto j = nlohmann::json::parse(state.toStringRef());
@@ -343,10 +404,18 @@ bool Trainer::load_checkpoint(State& st) {
                                       "; resume with the same options"))
           .about("seed")
           .about("batch_size");
-    state_fields(st, from_json_of(j));
-    st.scaler.scale = j.value("loss_scale", st.scaler.scale);
-    st.scaler.good_steps = j.value("loss_scale_good_steps", int64_t{0});
-    for (auto& h : j.at("history")) st.history.push_back(stats_from_json(h));
+    State loaded;
+    state_fields(loaded, from_json_of(j));
+    loaded.scaler = st.scaler;
+    loaded.scaler.scale = j.value("loss_scale", st.scaler.scale);
+    loaded.scaler.good_steps = j.value("loss_scale_good_steps", int64_t{0});
+    for (auto& h : j.at("history")) loaded.history.push_back(stats_from_json(h));
+    // Everything read: now change the run.
+    optimizer_->load(optim);
+    for (auto& [dst, t] : copies) dst.copy_(t);
+    at::Generator gen = at::detail::getDefaultCPUGenerator();
+    gen.set_state(rng.cpu());
+    st = std::move(loaded);
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {

@@ -20,6 +20,47 @@ onnx.save(m, sys.argv[2])
 PYEOF
 expect_exit 2 "unknown op 'Frobnicate'" -- "$PARE" inspect "$work/unknown.onnx"
 
+# What a model declares: an opset from the future (ONNX Runtime refuses it too), one too old, an
+# unknown domain, and a tensor of too many dimensions; both engines read models the same way.
+"$PY" - "$work/good.onnx" "$work" <<'PYEOF'
+import sys, onnx
+from onnx import helper
+src, d = sys.argv[1:3]
+def variant(name, edit):
+    m = onnx.load(src)
+    edit(m)
+    onnx.save(m, f"{d}/{name}.onnx")
+def opset(v):
+    def edit(m):
+        m.opset_import[0].version = v
+    return edit
+variant("opset99", opset(99))
+variant("opset5", opset(5))
+variant("domain", lambda m: m.opset_import.append(helper.make_opsetid("com.example.secret", 1)))
+def rank33(m):
+    t = m.graph.initializer[0]
+    n = 1
+    for x in t.dims: n *= x
+    del t.dims[:]
+    t.dims.extend([n] + [1] * 32)
+variant("rank33", rank33)
+PYEOF
+for engine in torch rt; do
+  expect_exit 2 "opset99.onnx.*imports opset 99 of the default ONNX domain; pare implements opsets 6 to 21" -- \
+    "$PARE" run "$work/opset99.onnx" --engine $engine --input "$work/x.npy" --output "$work/o0.npy"
+  expect_exit 2 "opset5.onnx.*opset 5 .*opsets 6 to 21" -- \
+    "$PARE" run "$work/opset5.onnx" --engine $engine --input "$work/x.npy" --output "$work/o0.npy"
+  expect_exit 2 "domain.onnx.*domain 'com.example.secret', which pare does not implement" -- \
+    "$PARE" run "$work/domain.onnx" --engine $engine --input "$work/x.npy" --output "$work/o0.npy"
+  expect_exit 2 "rank33.onnx.*has 33 dimensions; pare takes at most 32" -- \
+    "$PARE" run "$work/rank33.onnx" --engine $engine --input "$work/x.npy" --output "$work/o0.npy"
+done
+no_file "$work/o0.npy"
+expect_exit 2 "opset99.onnx" -- "$PARE" inspect "$work/opset99.onnx"
+expect_exit 2 "opset99.onnx" -- "$PARE" distill --teacher "$work/opset99.onnx" --student mlp:784-16-10 \
+  --data "npy:$work/x.npy,$work/y.npy" --max-steps 1 --quiet --out "$work/o5.onnx"
+no_file "$work/o5.onnx"
+
 # An input of the wrong shape.
 "$PY" -c "import numpy as np; np.save('$work/bad_x.npy', np.zeros((2, 3, 28, 28), np.float32))"
 expect_exit 2 "input 'input' must have shape" -- "$PARE" run "$work/good.onnx" --input "$work/bad_x.npy" --output "$work/o2.npy"

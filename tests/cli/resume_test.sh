@@ -32,6 +32,24 @@ if [ "$(strip "$work/ref.jsonl")" == "$(strip "$work/run.jsonl")" ]; then echo "
 
 # A checkpoint from other options is refused, naming the file.
 expect_exit 2 "run.ckpt" -- "$PARE" "${common[@]}" --seed 6 --checkpoint "$work/run.ckpt" --resume --out "$work/o.onnx"
+# A damaged checkpoint (one flipped byte, or cut short) is refused naming the file and why: never
+# loaded half, never silently replaced by a fresh run, and left as it was.
+"$PY" - "$work/run.ckpt" "$work/flip.ckpt" "$work/short.ckpt" <<'PYEOF'
+import sys
+b = bytearray(open(sys.argv[1], "rb").read())
+short = bytes(b[: len(b) * 2 // 3])
+b[len(b) // 2] ^= 0x01
+open(sys.argv[2], "wb").write(b)
+open(sys.argv[3], "wb").write(short)
+PYEOF
+for damaged in flip short; do
+  cp "$work/$damaged.ckpt" "$work/$damaged.copy"
+  expect_exit 2 "$damaged.ckpt' is not a usable pare checkpoint: .*(checksum does not match|truncated).*nothing was loaded" -- \
+    "$PARE" "${args[@]}" --checkpoint "$work/$damaged.ckpt" --checkpoint-every 4 --resume --out "$work/o.onnx"
+  cmp -s "$work/$damaged.ckpt" "$work/$damaged.copy" && echo "ok: $damaged.ckpt left as it was" \
+    || fail "$damaged.ckpt was changed"
+done
+no_file "$work/o.onnx"
 echo garbage > "$work/bad.ckpt"
 expect_exit 2 "bad.ckpt" -- "$PARE" "${args[@]}" --checkpoint "$work/bad.ckpt" --resume --out "$work/o.onnx"
 no_file "$work/o.onnx"

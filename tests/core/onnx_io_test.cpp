@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "tests/test_util.h"
 #include "core/file_util.h"
+#include "core/onnx_reader.h"
 
 namespace pare::core {
 namespace {
@@ -569,6 +570,72 @@ TEST(OnnxLoadModel, ZooModelsSurviveTheCheckerAndARoundTrip) {
     const Graph g = load_model(spec, 1);
     save_onnx(g, dir.file("z.onnx"));
     expect_graphs_equal(g, load_onnx(dir.file("z.onnx")));
+  }
+}
+
+}  // namespace
+}  // namespace pare::core
+
+namespace pare::core {
+namespace {
+
+// What a model may declare (reader::kMinOpset..kMaxOpset, known domains, kMaxRank, kMaxDim): an
+// opset from the future runs silently nowhere; ONNX Runtime refuses it too.
+TEST(OnnxIo, OpsetsOutsideWhatPareImplementsAreRefusedNamingTheRange) {
+  for (int64_t v : {reader::kMinOpset - 1, reader::kMaxOpset + 1, int64_t{99}}) {
+    onnx::ModelProto m = hand_model();
+    m.mutable_opset_import(0)->set_version(v);
+    pare::testing::expect_input_error([&] { parse_onnx(m.SerializeAsString(), "future.onnx"); },
+                                      {"'future.onnx'", "opset " + std::to_string(v), "opsets 6 to 21"});
+  }
+  for (int64_t v : {reader::kMinOpset, reader::kMaxOpset}) {
+    onnx::ModelProto m = hand_model();
+    m.mutable_opset_import(0)->set_version(v);
+    EXPECT_EQ(parse_onnx(m.SerializeAsString(), "ok.onnx").opset, v);
+  }
+}
+
+TEST(OnnxIo, UnknownDomainsAreRefusedAndKnownOnesRead) {
+  onnx::ModelProto m = hand_model();
+  auto* op = m.add_opset_import();
+  op->set_domain("com.example.secret");
+  op->set_version(1);
+  pare::testing::expect_input_error([&] { parse_onnx(m.SerializeAsString(), "dom.onnx"); },
+                                    {"'dom.onnx'", "domain 'com.example.secret'", "com.microsoft"});
+  for (const char* known : {"ai.onnx.ml", "com.microsoft", "pare"}) {
+    onnx::ModelProto k = hand_model();
+    auto* o = k.add_opset_import();
+    o->set_domain(known);
+    o->set_version(1);
+    EXPECT_NO_THROW(parse_onnx(k.SerializeAsString(), "known.onnx")) << known;
+  }
+}
+
+TEST(OnnxIo, RanksAndDimensionsPastTheLimitsAreRefusedBeforeAllocating) {
+  {  // an initializer of 33 dimensions (one element: its data is honest)
+    onnx::ModelProto m = hand_model();
+    auto* w = m.mutable_graph()->mutable_initializer(0);
+    w->clear_dims();
+    w->clear_float_data();
+    for (size_t i = 0; i <= reader::kMaxRank; ++i) w->add_dims(1);
+    w->add_float_data(1);
+    pare::testing::expect_input_error([&] { parse_onnx(m.SerializeAsString(), "rank.onnx"); },
+                                      {"'rank.onnx'", "33 dimensions", "at most 32"});
+  }
+  {  // a declared input dimension of 2^41
+    onnx::ModelProto m = hand_model();
+    m.mutable_graph()->mutable_input(0)->mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim(0)
+        ->set_dim_value(int64_t{1} << 41);
+    pare::testing::expect_input_error([&] { parse_onnx(m.SerializeAsString(), "dim.onnx"); },
+                                      {"'dim.onnx'", "input 'x'", "2199023255552"});
+  }
+  {  // an initializer claiming 2^41 elements with no data: refused by the limit, nothing allocated
+    onnx::ModelProto m = hand_model();
+    auto* w = m.mutable_graph()->mutable_initializer(0);
+    w->clear_dims();
+    w->add_dims(int64_t{1} << 41);
+    pare::testing::expect_input_error([&] { parse_onnx(m.SerializeAsString(), "big.onnx"); },
+                                      {"'big.onnx'", "initializer 'w'", "at most 1099511627776"});
   }
 }
 

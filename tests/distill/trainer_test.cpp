@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
+#include "core/file_util.h"
 #include "core/zoo.h"
 #include "distill/trainer.h"
 #include "tests/test_util.h"
@@ -66,4 +67,37 @@ TEST(TrainerOptions, RejectsOutOfRangeValues) {
   EXPECT_THROW(distill::TrainerOptions().epochs(0).validate(), InputError);
   EXPECT_THROW(distill::TrainerOptions().lr(-1).validate(), InputError);
   EXPECT_THROW(distill::TrainerOptions().optimizer("lbfgs").validate(), InputError);
+}
+
+// Checkpoints carry a CRC-32 of their bytes: libtorch reads its archives without checking theirs,
+// so a flipped byte in a weight would otherwise resume silently with that weight.
+TEST(Trainer, ADamagedCheckpointIsRefusedAndNothingOfItIsLoaded) {
+  pare::testing::TempDir dir;
+  const std::string ckpt = dir.file("run.ckpt");
+  auto train = two_blobs(128, 1);
+  auto opts = [&](int64_t epochs) {
+    return distill::TrainerOptions().epochs(epochs).batch_size(16).seed(2).progress(false).checkpoint(ckpt).resume(true);
+  };
+  {
+    core::Module m(core::build_zoo_model("mlp:784-8-2", 5));
+    distill::Trainer(m, opts(1)).fit(train, nullptr);
+  }
+  const std::string good = read_file(ckpt);
+  auto try_resume = [&](const std::string& bytes, const std::vector<std::string>& parts) {
+    write_file_atomic(ckpt, bytes);
+    core::Module m(core::build_zoo_model("mlp:784-8-2", 5));
+    const at::Tensor before = m.parameters()[0].detach().clone();
+    pare::testing::expect_input_error([&] { distill::Trainer(m, opts(2)).fit(train, nullptr); }, parts);
+    EXPECT_TRUE(at::equal(m.parameters()[0], before)) << "a refused checkpoint changed the model";
+    EXPECT_EQ(read_file(ckpt), bytes) << "the refused checkpoint was replaced";
+  };
+  std::string flipped = good;
+  flipped[flipped.size() / 2] ^= 0x10;  // inside the payload: a weight, or the archive's structure
+  try_resume(flipped, {"run.ckpt", "checksum does not match", "nothing was loaded"});
+  try_resume(good.substr(0, good.size() - 100), {"run.ckpt", "truncated"});
+  try_resume(good.substr(0, 10), {"run.ckpt", "truncated (10 bytes)"});
+  // A checkpoint of pare before checksums (the bare libtorch archive) still resumes.
+  write_file_atomic(ckpt, good.substr(24));
+  core::Module m(core::build_zoo_model("mlp:784-8-2", 5));
+  EXPECT_EQ(distill::Trainer(m, opts(2)).fit(train, nullptr).size(), 2u);
 }
