@@ -39,7 +39,7 @@ std::vector<EpochStats> distill(core::Module& student, Teacher& teacher,
   PARE_CHECK(train.size() > 0, "the training set '", train.name, "' is empty");
   core::require_labels(train, "distillation (the hard-label loss and the accuracy)");
   // The student, the teacher and the loss's own tensors (hint projections) live on the trainer's
-  // device; a teacher that cannot move there (pare_rt, a sharded one) says so.
+  // device; pare_rt and sharded teachers stay on the CPU and return their logits on the batch's.
   const at::Device device = trainer_opts.device_;
   student.to(device);
   teacher.to(device);
