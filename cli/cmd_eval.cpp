@@ -46,8 +46,7 @@ void add_eval(CLI::App& app, Action& action) {
       if (norm.empty() && g.metadata.count("pare.normalize")) norm = g.metadata["pare.normalize"];
       if (!norm.empty()) core::normalize(ds, norm);
       distill::EvalResult r;
-      PARE_CHECK(o->engine == "torch" || o->device == "cpu" || o->device == "auto", "--device ", o->device,
-                 ": --engine rt (pare_rt) runs on the CPU; use --engine torch for a GPU");
+      check_engine_device(o->engine, o->device);
       if (o->engine == "rt") {
         distill::RtTeacher rt(o->model);  // a model run by pare_rt, as a teacher is
         r = distill::evaluate([&](const at::Tensor& x) { return rt.logits(x); }, ds, o->batch_size, rt.describe());

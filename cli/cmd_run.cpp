@@ -162,8 +162,7 @@ void add_run(CLI::App& app, Action& action) {
   cmd->callback([&action, o] {
     action = [o] {
       PARE_CHECK(o->engine == "torch" || o->parallel == "none", "--parallel runs on --engine torch");
-      PARE_CHECK(o->engine == "torch" || o->device == "cpu" || o->device == "auto", "--device ", o->device,
-                 ": --engine rt (pare_rt) runs on the CPU; use --engine torch for a GPU");
+      check_engine_device(o->engine, o->device);
       PARE_CHECK(o->parallel == "none" || o->device == "cpu" || o->device == "auto", "--parallel ", o->parallel,
                  " runs on the CPU (a sharded model does not run on GPUs yet); drop --device ", o->device);
       if (o->engine == "rt") run_rt(*o);

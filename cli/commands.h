@@ -43,6 +43,8 @@ CLI::Option* add_device_option(CLI::App* cmd, std::string& device, const std::st
 /// The device --device names for this process: cuda and auto take GPU LOCAL_RANK under a launcher.
 /// Throws InputError (exit 2) when CUDA is asked for and this libtorch or machine has none.
 at::Device resolve_device(const std::string& spec);
+/// Throws InputError when --engine rt (pare_rt, CPU only) is given a --device other than cpu/auto.
+void check_engine_device(const std::string& engine, const std::string& device);
 
 /// What train and distill share: data, validation, trainer options and output control.
 struct TrainingRun {

@@ -44,6 +44,11 @@ at::Device resolve_device(const std::string& spec) {
   return core::parse_device(spec, dist::World::from_env().local_rank);
 }
 
+void check_engine_device(const std::string& engine, const std::string& device) {
+  PARE_CHECK(engine != "rt" || device == "cpu" || device == "auto", "--device ", device,
+             ": --engine rt (pare_rt) runs on the CPU; use --engine torch for a GPU");
+}
+
 void TeacherSharding::add_options(CLI::App* cmd) {
   cmd->add_option("--teacher-engine", engine,
                   "torch: the teacher runs in pare's libtorch interpreter; rt: on pare_rt, the oneDNN inference "

@@ -14,6 +14,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <string_view>
 #include <type_traits>
 
 #include "core/error.h"
@@ -134,7 +135,7 @@ constexpr char kCheckpointMagic[8] = {'P', 'A', 'R', 'E', 'C', 'K', 'P', 'T'};
 constexpr uint32_t kCheckpointVersion = 1;
 constexpr size_t kCheckpointHeader = 8 + 4 + 4 + 8;
 
-uint32_t crc_of(const std::string& bytes) {
+uint32_t crc_of(std::string_view bytes) {
   uLong crc = crc32(0L, Z_NULL, 0);
   for (size_t at = 0; at < bytes.size();) {  // zlib's length is 32-bit
     const uInt n = static_cast<uInt>(std::min<size_t>(bytes.size() - at, 1u << 30));
@@ -144,7 +145,8 @@ uint32_t crc_of(const std::string& bytes) {
   return static_cast<uint32_t>(crc);
 }
 
-std::string checked_checkpoint(const std::string& payload) {
+// The header of a checkpoint whose payload is `payload`.
+std::string checkpoint_header(std::string_view payload) {
   std::string out(kCheckpointHeader, '\0');
   const uint32_t version = kCheckpointVersion, crc = crc_of(payload);
   const uint64_t size = payload.size();
@@ -152,13 +154,13 @@ std::string checked_checkpoint(const std::string& payload) {
   std::memcpy(&out[8], &version, 4);
   std::memcpy(&out[12], &crc, 4);
   std::memcpy(&out[16], &size, 8);
-  return out + payload;
+  return out;
 }
 
-// The payload of checkpoint file `path` (its bytes in `file`), after checking its header and CRC.
-// Checkpoints of pare before checksums (a bare libtorch archive, a zip file) are returned whole.
-// Throws InputError naming the file when it is truncated or damaged: nothing of it is loaded.
-std::string checkpoint_payload(std::string file, const std::string& path) {
+// The payload of checkpoint file `path` (its bytes in `file`, which the view points into), after
+// checking its header and CRC. Checkpoints of pare before checksums (a bare libtorch archive, a zip
+// file) are returned whole. Throws InputError naming the file when it is truncated or damaged.
+std::string_view checkpoint_payload(const std::string& file, const std::string& path) {
   if (file.compare(0, 2, "PK") == 0) return file;
   const std::string why = "'" + path + "' is not a usable pare checkpoint: ";
   const std::string what_now = "; nothing was loaded (restore a good copy, or delete it to start afresh)";
@@ -175,11 +177,11 @@ std::string checkpoint_payload(std::string file, const std::string& path) {
              " (written by another pare)", what_now);
   PARE_CHECK(size == file.size() - kCheckpointHeader, why, "it is truncated or padded: the header announces ", size,
              " bytes of checkpoint, the file holds ", file.size() - kCheckpointHeader, what_now);
-  file.erase(0, kCheckpointHeader);
-  const uint32_t actual = crc_of(file);
+  const std::string_view payload = std::string_view(file).substr(kCheckpointHeader);
+  const uint32_t actual = crc_of(payload);
   PARE_CHECK(actual == crc, why, "its checksum does not match (CRC-32 ", actual, ", written ", crc,
              "): the file was damaged after pare wrote it", what_now);
-  return file;
+  return payload;
 }
 
 // fp16's dynamic loss scaling, with torch.cuda.amp.GradScaler's defaults: the loss is multiplied by
@@ -359,7 +361,8 @@ void Trainer::save_checkpoint(const State& st) {
   archive.write("state", c10::IValue(j.dump()));
   std::ostringstream payload;
   archive.save_to(payload);
-  write_file_atomic(opts_.checkpoint_, checked_checkpoint(payload.str()));
+  const std::string bytes = payload.str();
+  write_file_atomic(opts_.checkpoint_, [&](std::ostream& os) { os << checkpoint_header(bytes) << bytes; });
 }
 
 bool Trainer::load_checkpoint(State& st) {
@@ -370,7 +373,8 @@ bool Trainer::load_checkpoint(State& st) {
     // Tensors land on the model's device, whichever device wrote them (a GPU checkpoint resumes
     // on the CPU and back). Everything is read and checked before anything of the run changes, so
     // a checkpoint that does not fit is never loaded half.
-    const std::string payload = checkpoint_payload(read_file(path), path);
+    const std::string file = read_file(path);
+    const std::string_view payload = checkpoint_payload(file, path);
     archive.load_from(payload.data(), payload.size(), model_.device());
     at::NoGradGuard no_grad;
     std::vector<std::pair<at::Tensor, at::Tensor>> copies;  // model tensor <- checkpoint tensor
