@@ -2,11 +2,12 @@
 #   make demo   install what is missing, build, run the main pipeline on Fashion-MNIST
 #   make test   install what is missing, build, run the whole test suite
 #   make fuzz   the parsers' libFuzzer targets, FUZZ_SECONDS each (tests/fuzz/run)
+#   make sanitize  the parsers', dist/ and launcher tests built with ASan + UBSan (tests/fuzz/sanitize)
 BUILD ?= build
 JOBS ?= $(shell nproc)
 STAMP := .deps-stamp
 
-.PHONY: all build demo test deps clean bench fuzz
+.PHONY: all build demo test deps clean bench fuzz sanitize
 
 all: build
 
@@ -34,6 +35,11 @@ test: build
 # libFuzzer targets (tests/fuzz, clang-16, ASan + UBSan) for FUZZ_SECONDS each (default 60).
 fuzz: $(STAMP)
 	tests/fuzz/run
+
+# The sanitizer job: tests/core's parser tests, tests/dist and tests/cli/launch_test.sh built with
+# clang-16, AddressSanitizer and UndefinedBehaviorSanitizer (tests/fuzz); any report fails it.
+sanitize: $(STAMP)
+	tests/fuzz/sanitize
 
 bench: build
 	PARE=$(BUILD)/cli/pare bench/train_throughput.sh

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <torch/version.h>  // TORCH_VERSION, for torch_version() in every includer, not only those of torch/torch.h
 
 #ifndef PARE_TORCH_MAJOR
 #define PARE_TORCH_MAJOR 1
