@@ -287,7 +287,7 @@ void add_prune(CLI::App& app, Action& action) {
       ->capture_default_str()->group(d);
   cmd->add_option("--alpha", o->loss.alpha_, "Weight of the KD term; labels' cross entropy gets 1 - alpha")
       ->capture_default_str()->group(d);
-  o->run.add_options(cmd, /*data_optional=*/true, /*skip=*/{"--backend"});  // prune runs in one process
+  o->run.add_options(cmd, /*data_optional=*/true, /*skip=*/{"--backend", "--timeout"});  // prune runs in one process
   // The pruning schedule owns --schedule here; the learning-rate schedule moves to --lr-schedule.
   cmd->remove_option(cmd->get_option("--schedule"));
   cmd->add_option("--schedule", o->schedule,

@@ -49,6 +49,7 @@ void check_engine_device(const std::string& engine, const std::string& device);
 /// What train and distill share: data, validation, trainer options and output control.
 struct TrainingRun {
   std::string data, normalize, val_split = "test", augment, device = "auto", precision = "fp32", backend = "auto";
+  double timeout = 300;  // seconds a rank waits for the others (--timeout)
   distill::TrainerOptions trainer = distill::TrainerOptions().batch_size(128).epochs(5);
   bool quiet = false, json = false, no_val = false;
   int threads = 0;

@@ -149,6 +149,10 @@ void TrainingRun::add_training_options(CLI::App* cmd, const std::string& group, 
          "Under pare launch or torchrun: the c10d backend, auto (NCCL on CUDA when built with it, else Gloo), "
          "gloo or nccl",
          true);
+  option("--timeout", timeout,
+         "Under pare launch or torchrun: seconds a rank waits for the others, to join or inside a collective, "
+         "before it fails naming the wait (a dead or hung rank then ends the job)",
+         true);
   option("--max-steps", o.max_steps_, "Stop after this many optimizer steps (0: no limit)");
   option("--patience", o.patience_, "Stop after this many epochs without a better validation accuracy");
   option("--keep-best", o.best_path_, "Write the best epoch's model (by validation accuracy) here");
@@ -170,9 +174,11 @@ distill::TrainerOptions TrainingRun::start() const {
   opts.precision(core::parse_precision(precision));
   opts.validate();
   const dist::Backend be = dist::parse_backend(backend, opts.device_);
+  PARE_CHECK_OPTION(timeout > 0, "timeout", "must be > 0 seconds, got ", timeout);
   // Under pare launch or torchrun (WORLD_SIZE > 1): data parallel over the ranks.
   if (world.distributed()) {
-    opts.process_group(dist::ProcessGroup::connect(world, be, opts.device_));
+    opts.process_group(dist::ProcessGroup::connect(
+        world, be, opts.device_, std::chrono::milliseconds(static_cast<int64_t>(timeout * 1000))));
     if (!quiet && world.rank == 0)
       std::fprintf(stderr, "data parallel over %d ranks (%s, %s): global batch %lld, %lld per rank\n",
                    world.world_size, dist::backend_name(be), opts.device_.str().c_str(), (long long)opts.batch_size_,

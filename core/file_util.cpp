@@ -1,6 +1,7 @@
 #include "core/file_util.h"
 
 #include <fcntl.h>
+#include <stdio.h>  // renameat2
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -8,6 +9,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -69,6 +71,31 @@ void write_file_atomic(const std::string& path, const std::function<void(std::os
 
 void write_file_atomic(const std::string& path, std::string_view data) {
   write_file_atomic(path, [&](std::ostream& out) { out.write(data.data(), data.size()); });
+}
+
+void remove_dir(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  if (ec) throw Error("cannot remove the folder '" + dir + "': " + ec.message());
+}
+
+void replace_dir(const std::string& staged, const std::string& dir) {
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) {
+    if (std::rename(staged.c_str(), dir.c_str()) != 0)
+      throw Error("cannot rename '" + staged + "' to '" + dir + "': " + std::strerror(errno));
+    return;
+  }
+  if (::renameat2(AT_FDCWD, staged.c_str(), AT_FDCWD, dir.c_str(), RENAME_EXCHANGE) == 0) {
+    remove_dir(staged);  // now the old folder
+    return;
+  }
+  if (errno != EINVAL && errno != ENOSYS && errno != EOPNOTSUPP)
+    throw Error("cannot put '" + staged + "' in the place of '" + dir + "': " + std::strerror(errno));
+  const std::string old = dir + ".old." + std::to_string(::getpid());
+  if (std::rename(dir.c_str(), old.c_str()) != 0 || std::rename(staged.c_str(), dir.c_str()) != 0)
+    throw Error("cannot put '" + staged + "' in the place of '" + dir + "': " + std::strerror(errno));
+  remove_dir(old);
 }
 
 }  // namespace pare

@@ -1,5 +1,6 @@
 // Reading files whole and writing them atomically: every file pare writes goes through
-// write_file_atomic, so an interrupted run leaves the previous artifact intact, never half a file.
+// write_file_atomic, and every folder it writes whole (a teacher cache) through replace_dir, so an
+// interrupted run or a full disk leaves the previous artifact intact, never half of one.
 #pragma once
 
 #include <functional>
@@ -23,6 +24,15 @@ void write_file_atomic(const std::string& path, const std::function<void(std::os
 
 /// Convenience overload for data already in memory.
 void write_file_atomic(const std::string& path, std::string_view data);
+
+/// Puts the folder `staged` in the place of `dir`: with one renameat2(RENAME_EXCHANGE) when `dir`
+/// exists, so that a reader sees the old folder or the new one, never a mix, then removes the old
+/// one. Where the filesystem cannot exchange (NFS), two renames leave a moment without `dir`.
+/// Throws Error naming both.
+void replace_dir(const std::string& staged, const std::string& dir);
+
+/// Removes a folder and everything in it; nothing when it does not exist. Throws Error naming it.
+void remove_dir(const std::string& dir);
 
 /// Directory part of `path` ("." when there is none).
 std::string dir_name(const std::string& path);

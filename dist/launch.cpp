@@ -72,6 +72,7 @@ struct Worker {
   int rank = 0, local_rank = 0;
   pid_t pid = -1;
   bool running = false;
+  bool stopped = false;  // was stopped (SIGSTOP, SIGTSTP, a debugger) when the job began to stop
   int status = 0;
   std::string error_file;
   Stream streams[2];
@@ -107,6 +108,16 @@ std::string describe_status(int status) {
     return "signal " + std::to_string(sig) + (name ? std::string(" (SIG") + name + ")" : "");
   }
   return "status " + std::to_string(status);
+}
+
+// Whether process `pid` is stopped (state T or t in /proc/PID/stat).
+bool is_stopped(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(in, line);
+  const size_t paren = line.rfind(')');  // the command name may hold spaces and parentheses
+  return paren != std::string::npos && paren + 2 < line.size() &&
+         (line[paren + 2] == 'T' || line[paren + 2] == 't');
 }
 
 bool failed(int status) { return !(WIFEXITED(status) && WEXITSTATUS(status) == 0); }
@@ -180,6 +191,15 @@ class Job {
     return workers_.at(static_cast<size_t>(rank - o_.node_rank * o_.nproc_per_node));
   }
   int failed_status() const { return failed_status_; }
+  // "; rank R (pid P) was stopped ..." for each worker that was stopped when the job failed.
+  std::string stopped_workers() const {
+    std::string s;
+    for (auto& w : workers_)
+      if (w.stopped)
+        s += "; rank " + std::to_string(w.rank) + " (pid " + std::to_string(w.pid) +
+             ") was stopped (SIGSTOP or SIGTSTP) and hung the job";
+    return s;
+  }
 
  private:
   void spawn(Worker& w, int attempt) {
@@ -261,7 +281,11 @@ class Job {
   void begin_stop(int sig) {
     if (stopping_) return;
     stopping_ = true;
+    for (auto& w : workers_) w.stopped = w.running && is_stopped(w.pid);
     signal_all(sig);
+    // A stopped worker would act on the signal only when continued, so only after the grace
+    // period, by SIGKILL: continue it now and it ends at once.
+    signal_all(SIGCONT);
     deadline_ = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(o_.grace_seconds * 1000));
   }
 
@@ -402,7 +426,7 @@ int launch(const LaunchOptions& o) {
     std::string why = read_error_file(w.error_file);
     std::string line = "rank " + std::to_string(w.rank) + " (local rank " + std::to_string(w.local_rank) +
                        ", pid " + std::to_string(w.pid) + ") failed with " + describe_status(job.failed_status()) +
-                       (why.empty() ? "" : ": " + why);
+                       (why.empty() ? "" : ": " + why) + job.stopped_workers();
     if (attempt < o.max_restarts) {
       std::fprintf(stderr, "pare launch: %s; restarting all workers (restart %d of %d)\n", line.c_str(),
                    attempt + 1, o.max_restarts);

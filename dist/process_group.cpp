@@ -53,7 +53,7 @@ class C10dGroup : public ProcessGroup {
   using Maker = std::function<c10::intrusive_ptr<compat::C10dBackend>(const c10::intrusive_ptr<c10d::Store>&)>;
 
   C10dGroup(const World& w, Backend backend, const at::Device& device, std::chrono::milliseconds timeout)
-      : rank_(w.rank), size_(w.world_size), backend_(backend) {
+      : rank_(w.rank), size_(w.world_size), backend_(backend), timeout_(timeout) {
     const std::string where = w.master_addr + ":" + std::to_string(w.master_port);
     try {
       c10d::TCPStoreOptions so;
@@ -84,7 +84,12 @@ class C10dGroup : public ProcessGroup {
   }
 
   C10dGroup(const C10dGroup& parent, const std::string& name)
-      : rank_(parent.rank_), size_(parent.size_), backend_(parent.backend_), store_(parent.store_), make_(parent.make_) {
+      : rank_(parent.rank_),
+        size_(parent.size_),
+        backend_(parent.backend_),
+        timeout_(parent.timeout_),
+        store_(parent.store_),
+        make_(parent.make_) {
     try {
       pg_ = make_(c10::make_intrusive<c10d::PrefixStore>("pare_pg_" + name, store_));
     } catch (const c10::Error& e) {
@@ -104,7 +109,7 @@ class C10dGroup : public ProcessGroup {
   void all_reduce(at::Tensor& t, Reduce op) override {
     const bool low = t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kHalf;  // Gloo 1.13: no bf16
     std::vector<at::Tensor> ts = {low || !t.is_contiguous() ? t.to(at::kFloat).contiguous() : t};
-    pg_->allreduce(ts)->wait();
+    finish(pg_->allreduce(ts), "all_reduce");
     if (op == Reduce::kAvg) ts[0].div_(size_);
     if (!ts[0].is_same(t)) t.copy_(ts[0]);
   }
@@ -116,7 +121,7 @@ class C10dGroup : public ProcessGroup {
   }
 
   void wait() override {
-    for (auto& w : pending_) w->wait();
+    for (auto& w : pending_) finish(w, "an asynchronous all_reduce, send or recv");
     pending_.clear();
   }
 
@@ -124,7 +129,7 @@ class C10dGroup : public ProcessGroup {
     std::vector<at::Tensor> ts = {t.is_contiguous() ? t : t.contiguous()};
     c10d::BroadcastOptions o;
     o.rootRank = root;
-    pg_->broadcast(ts, o)->wait();
+    finish(pg_->broadcast(ts, o), "broadcast");
     if (!ts[0].is_same(t)) t.copy_(ts[0]);
   }
 
@@ -132,11 +137,11 @@ class C10dGroup : public ProcessGroup {
     std::vector<at::Tensor> in = {t.contiguous()};
     std::vector<std::vector<at::Tensor>> out(1);
     for (int r = 0; r < size_; ++r) out[0].push_back(at::empty_like(in[0]));
-    pg_->allgather(out, in)->wait();
+    finish(pg_->allgather(out, in), "all_gather");
     return out[0];
   }
 
-  void barrier() override { pg_->barrier()->wait(); }
+  void barrier() override { finish(pg_->barrier(), "barrier"); }
 
   void send(const at::Tensor& t, int dst, int tag) override {
     PARE_ASSERT(t.is_contiguous(), "send needs a contiguous tensor");
@@ -147,12 +152,32 @@ class C10dGroup : public ProcessGroup {
   void recv(at::Tensor& t, int src, int tag) override {
     PARE_ASSERT(t.is_contiguous(), "recv needs a contiguous tensor");
     std::vector<at::Tensor> ts = {t};
-    pg_->recv(ts, src, tag)->wait();
+    finish(pg_->recv(ts, src, tag), "recv");
   }
 
  private:
+  // Waits for `work`. A peer that died or stopped answering surfaces here as c10d's error (Gloo:
+  // "Connection closed by peer", "Timed out waiting 5000ms ..."): it becomes pare's, saying which
+  // rank waited in what, and why that happens.
+  void finish(const c10::intrusive_ptr<c10d::Work>& work, const char* what) {
+    try {
+      work->wait();
+    } catch (const c10::Error& e) {
+      fail(what, e.what_without_backtrace());
+    } catch (const std::exception& e) {  // Gloo's own exceptions (gloo::IoException) come through as they are
+      fail(what, e.what());
+    }
+  }
+
+  [[noreturn]] void fail(const char* what, const std::string& why) {
+    pending_.clear();
+    throw Error(detail::concat("rank ", rank_, " of ", size_, ": ", what, " failed: another rank died, or did not ",
+                               "take part within the timeout of ", timeout_.count() / 1000.0, " s (--timeout): ", why));
+  }
+
   int rank_, size_;
   Backend backend_;
+  std::chrono::milliseconds timeout_;
   c10::intrusive_ptr<c10d::Store> store_;
   Maker make_;
   c10::intrusive_ptr<compat::C10dBackend> pg_;

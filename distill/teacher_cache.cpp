@@ -5,9 +5,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <sstream>
 
 #include "core/error.h"
@@ -46,6 +49,49 @@ std::string dataset_checksum(const core::TensorDataset& ds) {
   return buf;
 }
 
+namespace {
+
+// DIR.partial, where a cache is written whole before it takes the place of DIR (replace_dir): a
+// crash or a full disk leaves the previous cache as it was, never a mix of old and new shards.
+// Rank 0 makes it (removing one that a dead run left) and removes it when the write fails.
+class StagedDir {
+ public:
+  StagedDir(const std::string& dir, int rank, dist::ProcessGroup* pg) : dir_(dir), path_(dir + ".partial"), rank_(rank) {
+    struct stat st {};
+    if (::stat(dir.c_str(), &st) == 0) {
+      PARE_CHECK(S_ISDIR(st.st_mode), "'", dir, "' exists and is not a folder");
+      PARE_CHECK(file_exists(join_path(dir, "index.json")) || std::filesystem::is_empty(dir), "'", dir,
+                 "' is a folder that holds no teacher cache: a cache replaces its folder whole, so give a new or "
+                 "empty one");
+    }
+    if (rank_ == 0) {
+      remove_dir(path_);
+      if (::mkdir(path_.c_str(), 0755) != 0)
+        throw Error("cannot create the folder '" + path_ + "': " + std::strerror(errno));
+    }
+    if (pg) pg->barrier();
+  }
+  ~StagedDir() {
+    std::error_code ec;
+    if (rank_ == 0 && !committed_) std::filesystem::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+  // Once every rank's shard and the index are in (rank 0 writes the index after a barrier): the
+  // cache takes DIR's place, and every rank returns with it there.
+  void commit(dist::ProcessGroup* pg) {
+    if (rank_ == 0) replace_dir(path_, dir_);
+    committed_ = true;
+    if (pg) pg->barrier();
+  }
+
+ private:
+  std::string dir_, path_;
+  int rank_;
+  bool committed_ = false;
+};
+
+}  // namespace
+
 TeacherCacheReport write_teacher_cache(Teacher& teacher, const std::string& teacher_name,
                                        const core::TensorDataset& ds, const std::string& data,
                                        const TeacherCacheOptions& o, const std::string& dir,
@@ -55,11 +101,9 @@ TeacherCacheReport write_teacher_cache(Teacher& teacher, const std::string& teac
   PARE_CHECK_OPTION(o.sample >= 0, "sample", "must be >= 0, got ", o.sample);
   PARE_CHECK_OPTION(o.batch_size >= 1, "batch_size", "must be at least 1, got ", o.batch_size);
   PARE_CHECK(ds.size() > 0, "the dataset '", data, "' is empty");
-  ::mkdir(dir.c_str(), 0755);
-  struct stat st {};
-  PARE_CHECK(::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode), "cannot create the cache folder '", dir, "'");
   const auto t0 = std::chrono::steady_clock::now();
   const int rank = pg ? pg->rank() : 0, world = pg ? pg->size() : 1;
+  StagedDir staged(dir, rank, pg);
   const int64_t n = ds.size(), begin = n * rank / world, end = n * (rank + 1) / world;
   const int64_t classes = teacher.num_classes(ds.x.narrow(0, 0, 1));
   const bool sampled = o.sample > 0;
@@ -101,9 +145,9 @@ TeacherCacheReport write_teacher_cache(Teacher& teacher, const std::string& teac
       std::fprintf(stderr, "\rteacher-cache: %lld/%lld rows", (long long)(i + m - begin), (long long)(end - begin));
   }
   if (o.progress && rank == 0) std::fprintf(stderr, "\n");
-  core::save_npy(idx, shard_file(dir, rank, "classes"));
-  core::save_npy(probs, shard_file(dir, rank, "probs"));
-  core::save_npy(rest, shard_file(dir, rank, "rest"));
+  core::save_npy(idx, shard_file(staged.path(), rank, "classes"));
+  core::save_npy(probs, shard_file(staged.path(), rank, "probs"));
+  core::save_npy(rest, shard_file(staged.path(), rank, "rest"));
   if (pg) pg->barrier();
   TeacherCacheReport r;
   r.samples = n;
@@ -124,8 +168,9 @@ TeacherCacheReport write_teacher_cache(Teacher& teacher, const std::string& teac
                         {"checksum", dataset_checksum(ds)},
                         {"bytes_per_sample", r.bytes_per_sample},
                         {"shards", shards}};
-    write_file_atomic(join_path(dir, "index.json"), j.dump(1) + "\n");
+    write_file_atomic(join_path(staged.path(), "index.json"), j.dump(1) + "\n");
   }
+  staged.commit(pg);
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }

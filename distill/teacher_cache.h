@@ -44,8 +44,10 @@ struct TeacherCacheReport {
 };
 
 /// Runs `teacher` over `ds` (named `data` in the index, the teacher `teacher_name`) and writes the
-/// cache into `dir` (created if missing). With a process group each rank runs its contiguous
-/// slice of the rows and writes its shard; rank 0 writes the index after all shards exist.
+/// cache into `dir`, replacing the cache there whole (written into `dir`.partial first, so that a crash
+/// or a full disk leaves the previous one intact; a non-empty `dir` that is not a cache is refused).
+/// With a process group each rank runs its contiguous slice of the rows and writes its shard; rank 0
+/// writes the index after all shards exist.
 /// Throws InputError for bad options (k < 1 or >= classes is allowed: k is capped at classes).
 TeacherCacheReport write_teacher_cache(Teacher& teacher, const std::string& teacher_name,
                                        const core::TensorDataset& ds, const std::string& data,

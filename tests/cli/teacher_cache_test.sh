@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # pare teacher-cache and pare distill --teacher cache:DIR: the cache is written (per rank under
 # pare launch), a student distills from it, and misuse (other data, another temperature,
-# augmentation, hints, a missing cache) exits 2 naming the problem.
+# augmentation, hints, a missing cache) exits 2 naming the problem. A cache written again over one
+# replaces it whole; a folder that holds something else is refused.
 source "$(dirname "$0")/lib.sh"
 make_npy_data "$work" 256
 data="npy:$work/x.npy,$work/y.npy"
@@ -53,4 +54,14 @@ two = np.concatenate([np.load(f"{d}/cache2/shard-{r}.probs.npy") for r in (0, 1)
 one = np.load(f"{d}/cache/shard-0.probs.npy").astype(np.float32)
 assert two.shape == one.shape and np.abs(two - one).max() <= 1e-3, np.abs(two - one).max()
 PYEOF
+# Written again over itself (top-3 -> top-5): the new cache whole, nothing staged left over.
+expect_exit 0 '"entries":5' -- "$PARE" teacher-cache --teacher "$work/teacher.onnx" --data "$data" --top-k 5 -T 4 \
+  --json --out "$work/cache"
+[ -d "$work/cache.partial" ] && fail "cache.partial left behind"
+"$PY" -c "import numpy as np, sys; assert np.load(sys.argv[1]).shape[1] == 5" "$work/cache/shard-0.probs.npy" \
+  && echo "ok: the cache was replaced" || fail "the old shards are still there"
+mkdir "$work/other"; touch "$work/other/keep.txt"
+expect_exit 2 "other' is a folder that holds no teacher cache" -- "$PARE" teacher-cache --teacher "$work/teacher.onnx" \
+  --data "$data" --quiet --out "$work/other"
+[ -f "$work/other/keep.txt" ] && echo "ok: the other folder is untouched" || fail "the other folder was changed"
 finish
