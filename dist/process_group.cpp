@@ -121,8 +121,9 @@ class C10dGroup : public ProcessGroup {
   }
 
   void wait() override {
-    for (auto& w : pending_) finish(w, "an asynchronous all_reduce, send or recv");
+    const auto works = std::move(pending_);
     pending_.clear();
+    for (auto& w : works) finish(w, "an asynchronous all_reduce, send or recv");
   }
 
   void broadcast(at::Tensor& t, int root) override {
