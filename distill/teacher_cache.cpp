@@ -66,8 +66,11 @@ class StagedDir {
     }
     if (rank_ == 0) {
       remove_dir(path_);
-      if (::mkdir(path_.c_str(), 0755) != 0)
-        throw Error("cannot create the folder '" + path_ + "': " + std::strerror(errno));
+      if (::mkdir(path_.c_str(), 0755) != 0) {
+        const std::string why = "cannot create the folder '" + path_ + "': " + std::strerror(errno);
+        if (errno == ENOENT || errno == ENOTDIR) throw InputError(why);  // the --out path's parent is not there
+        throw Error(why);
+      }
     }
     if (pg) pg->barrier();
   }

@@ -64,4 +64,6 @@ mkdir "$work/other"; touch "$work/other/keep.txt"
 expect_exit 2 "other' is a folder that holds no teacher cache" -- "$PARE" teacher-cache --teacher "$work/teacher.onnx" \
   --data "$data" --quiet --out "$work/other"
 [ -f "$work/other/keep.txt" ] && echo "ok: the other folder is untouched" || fail "the other folder was changed"
+expect_exit 2 "cannot create the folder '.*missing/cache.partial': No such file" -- "$PARE" teacher-cache \
+  --teacher "$work/teacher.onnx" --data "$data" --quiet --out "$work/missing/cache"
 finish
