@@ -16,7 +16,7 @@ compare_runs "$work/one.jsonl" "$work/two.jsonl" "$work/one.onnx" "$work/two.onn
 
 # The same job under torchrun (Debian's python3-torch), with its agent-hosted store.
 if "$PY" -c 'import torch.distributed.run' 2>/dev/null; then
-  port=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  port=$(free_port)
   expect_exit 0 "" -- "$PY" -m torch.distributed.run --no_python --nproc_per_node 2 --redirects=1 --tee=1 \
     --master_port "$port" "${train[@]}" --metrics "$work/tr.jsonl" --out "$work/torchrun.onnx"
   cmp -s "$work/two.onnx" "$work/torchrun.onnx" && echo "ok: torchrun = pare launch (identical bytes)" \

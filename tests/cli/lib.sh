@@ -66,6 +66,9 @@ print(f"{label}: losses {[round(e['train_loss'], 6) for e in ra]} vs {[round(e['
 PYEOF
 }
 
+# free_port: a TCP port free on 127.0.0.1 now (for torchrun's --master_port).
+free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
 finish() {
   if [ "$fails" -ne 0 ]; then echo "$fails check(s) failed"; exit 1; fi
   echo "all checks passed"

@@ -19,7 +19,6 @@ torchrun=()
 if "$PY" -c 'import torch.distributed.run' 2>/dev/null; then
   torchrun=("$PY" -m torch.distributed.run --no_python --nproc_per_node 2 --redirects=1 --tee=1 --master_port)
 fi
-free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 wait_for() { for _ in $(seq 1 600); do [ -e "$1" ] && return 0; sleep 0.05; done; fail "$2: $1 never appeared"; return 1; }
 
 # scenario NAME FAULT WANT_RC PATTERN BOUND_S LAUNCHER...: runs the job under LAUNCHER, and once its
