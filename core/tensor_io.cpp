@@ -50,17 +50,24 @@ std::optional<int64_t> byte_size(const std::vector<int64_t>& dims, int64_t elem)
   return n;
 }
 
-// A file opened for reading at offsets, with its size known.
-class InFile {
+// Bytes read at offsets, their size known: a file, or a buffer in memory.
+class Source {
+ public:
+  virtual ~Source() = default;
+  virtual int64_t size() const = 0;
+  /// Reads `n` bytes at `offset`; the caller has checked the range against size().
+  virtual void read(int64_t offset, void* dst, int64_t n) = 0;
+};
+
+class InFile : public Source {
  public:
   explicit InFile(const std::string& path) : path_(path), in_(path, std::ios::binary | std::ios::ate) {
     PARE_CHECK(in_.good(), "cannot open '", path, "': ", std::strerror(errno));
     size_ = static_cast<int64_t>(in_.tellg());
     PARE_CHECK(size_ >= 0, "cannot read '", path, "'");
   }
-  int64_t size() const { return size_; }
-  /// Reads `n` bytes at `offset`; the caller has checked the range against size().
-  void read(int64_t offset, void* dst, int64_t n) {
+  int64_t size() const override { return size_; }
+  void read(int64_t offset, void* dst, int64_t n) override {
     if (n == 0) return;
     in_.clear();
     in_.seekg(offset);
@@ -72,6 +79,18 @@ class InFile {
   std::string path_;
   std::ifstream in_;
   int64_t size_ = 0;
+};
+
+class InMemory : public Source {
+ public:
+  explicit InMemory(std::string_view bytes) : bytes_(bytes) {}
+  int64_t size() const override { return static_cast<int64_t>(bytes_.size()); }
+  void read(int64_t offset, void* dst, int64_t n) override {
+    if (n > 0) std::memcpy(dst, bytes_.data() + offset, static_cast<size_t>(n));
+  }
+
+ private:
+  std::string_view bytes_;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -304,11 +323,11 @@ const char* st_name(at::ScalarType t, const std::string& tensor) {
                    ", which safetensors cannot store (supported: F32 F16 BF16 F64 I8 U8 I16 I32 I64 BOOL)");
 }
 
-std::map<std::string, at::Tensor> read_safetensors(const std::string& path,
+// `path` names the bytes of `f` in messages.
+std::map<std::string, at::Tensor> read_safetensors(const std::string& path, Source& f,
                                                    std::map<std::string, std::string>* metadata) {
   using json = nlohmann::json;
   auto bad = [&](const std::string& why) { return InputError("'" + path + "' is not a valid safetensors file: " + why); };
-  InFile f(path);
   if (f.size() < 8) throw bad("it is " + std::to_string(f.size()) + " bytes, shorter than the 8-byte header length");
   uint64_t n = 0;
   f.read(0, &n, 8);
@@ -449,7 +468,8 @@ std::map<std::string, at::Tensor> read_safetensors_index(const std::string& path
   std::map<std::string, at::Tensor> out;
   for (const auto& [shard, names] : by_shard) {
     const std::string shard_path = join_path(dir, shard);
-    auto tensors = read_safetensors(shard_path, nullptr);
+    InFile f(shard_path);
+    auto tensors = read_safetensors(shard_path, f, nullptr);
     for (const auto& name : names) {
       auto it = tensors.find(name);
       PARE_CHECK(it != tensors.end(), "'", path, "' maps tensor '", name, "' to '", shard_path,
@@ -460,8 +480,9 @@ std::map<std::string, at::Tensor> read_safetensors_index(const std::string& path
   return out;
 }
 
-void write_safetensors(const std::vector<std::pair<std::string, at::Tensor>>& tensors,
-                       const std::string& path, const std::map<std::string, std::string>& metadata) {
+// Writes safetensors to `out`; `path` names the destination in messages.
+void write_safetensors_to(std::ostream& out, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                          const std::string& path, const std::map<std::string, std::string>& metadata) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   int64_t offset = 0;
@@ -480,15 +501,18 @@ void write_safetensors(const std::vector<std::pair<std::string, at::Tensor>>& te
     throw InputError("cannot write '" + path + "': " + e.what());
   }
   text.append((8 - text.size() % 8) % 8, ' ');  // the reference pads the header to 8 bytes
-  write_file_atomic(path, [&](std::ostream& out) {
-    const uint64_t n = text.size();
-    out.write(reinterpret_cast<const char*>(&n), 8);
-    out.write(text.data(), static_cast<std::streamsize>(text.size()));
-    for (const auto& [name, t] : tensors) {
-      const at::Tensor c = t.detach().to(at::kCPU).contiguous();
-      if (c.nbytes() > 0) out.write(static_cast<const char*>(c.data_ptr()), static_cast<std::streamsize>(c.nbytes()));
-    }
-  });
+  const uint64_t n = text.size();
+  out.write(reinterpret_cast<const char*>(&n), 8);
+  out.write(text.data(), static_cast<std::streamsize>(text.size()));
+  for (const auto& [name, t] : tensors) {
+    const at::Tensor c = t.detach().to(at::kCPU).contiguous();
+    if (c.nbytes() > 0) out.write(static_cast<const char*>(c.data_ptr()), static_cast<std::streamsize>(c.nbytes()));
+  }
+}
+
+void write_safetensors(const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                       const std::string& path, const std::map<std::string, std::string>& metadata) {
+  write_file_atomic(path, [&](std::ostream& out) { write_safetensors_to(out, tensors, path, metadata); });
 }
 
 }  // namespace
@@ -531,7 +555,19 @@ void save_npy(const at::Tensor& src, const std::string& path) {
 std::map<std::string, at::Tensor> load_safetensors(const std::string& path,
                                                    std::map<std::string, std::string>* metadata) {
   if (ends_with(path, ".index.json")) return read_safetensors_index(path, metadata);
-  return read_safetensors(path, metadata);
+  InFile f(path);
+  return read_safetensors(path, f, metadata);
+}
+
+std::map<std::string, at::Tensor> parse_safetensors(std::string_view bytes, const std::string& what,
+                                                    std::map<std::string, std::string>* metadata) {
+  InMemory m(bytes);
+  return read_safetensors(what, m, metadata);
+}
+
+void write_safetensors(std::ostream& out, const std::map<std::string, at::Tensor>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  write_safetensors_to(out, {tensors.begin(), tensors.end()}, "a stream", metadata);
 }
 
 void save_safetensors(const std::map<std::string, at::Tensor>& tensors, const std::string& path,

@@ -6,7 +6,9 @@
 
 #include <cstdint>
 #include <map>
+#include <ostream>
 #include <string>
+#include <string_view>
 
 namespace pare::core {
 
@@ -26,6 +28,13 @@ void save_npy(const at::Tensor& t, const std::string& path);
 std::map<std::string, at::Tensor> load_safetensors(const std::string& path,
                                                    std::map<std::string, std::string>* metadata = nullptr);
 
+/// load_safetensors() of safetensors bytes in memory (a checkpoint's payload); `what` names them
+/// in messages.
+std::map<std::string, at::Tensor> parse_safetensors(std::string_view bytes, const std::string& what,
+                                                    std::map<std::string, std::string>* metadata = nullptr);
+/// save_safetensors() of one file into `out`, which the caller writes atomically.
+void write_safetensors(std::ostream& out, const std::map<std::string, at::Tensor>& tensors,
+                       const std::map<std::string, std::string>& metadata = {});
 /// Writes tensors as safetensors (tensors in name order, contiguous offsets, header padded with
 /// spaces to 8 bytes, `metadata` as "__metadata__"), from contiguous CPU copies.
 /// When `path` ends in ".index.json" (e.g. "model.safetensors.index.json") writes shards

@@ -22,12 +22,6 @@ namespace pare::distill {
 
 namespace {
 
-constexpr const char* kFormat = "pare-teacher-cache-1";
-
-std::string shard_file(const std::string& dir, int rank, const char* what) {
-  return join_path(dir, "shard-" + std::to_string(rank) + "." + what + ".npy");
-}
-
 uint64_t fnv(uint64_t h, const void* data, size_t n) {
   const auto* p = static_cast<const unsigned char*>(data);
   for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001B3ULL;
@@ -148,9 +142,9 @@ TeacherCacheReport write_teacher_cache(Teacher& teacher, const std::string& teac
       std::fprintf(stderr, "\rteacher-cache: %lld/%lld rows", (long long)(i + m - begin), (long long)(end - begin));
   }
   if (o.progress && rank == 0) std::fprintf(stderr, "\n");
-  core::save_npy(idx, shard_file(staged.path(), rank, "classes"));
-  core::save_npy(probs, shard_file(staged.path(), rank, "probs"));
-  core::save_npy(rest, shard_file(staged.path(), rank, "rest"));
+  core::save_npy(idx, teacher_cache_shard(staged.path(), rank, "classes"));
+  core::save_npy(probs, teacher_cache_shard(staged.path(), rank, "probs"));
+  core::save_npy(rest, teacher_cache_shard(staged.path(), rank, "rest"));
   if (pg) pg->barrier();
   TeacherCacheReport r;
   r.samples = n;
@@ -160,7 +154,7 @@ TeacherCacheReport write_teacher_cache(Teacher& teacher, const std::string& teac
   if (rank == 0) {
     nlohmann::json shards = nlohmann::json::array();
     for (int q = 0; q < world; ++q) shards.push_back({{"rank", q}, {"begin", n * q / world}, {"end", n * (q + 1) / world}});
-    nlohmann::json j = {{"format", kFormat},
+    nlohmann::json j = {{"format", kTeacherCacheFormat},
                         {"kind", sampled ? "sampled" : "top-k"},
                         {"entries", k},
                         {"temperature", o.temperature},
@@ -178,53 +172,17 @@ TeacherCacheReport write_teacher_cache(Teacher& teacher, const std::string& teac
   return r;
 }
 
-CachedTeacher::CachedTeacher(const std::string& dir) : dir_(dir) {
-  const std::string index = join_path(dir, "index.json");
-  PARE_CHECK(file_exists(index), "teacher cache '", dir, "': no index.json (make one with pare teacher-cache)");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(read_file(index));
-    PARE_CHECK(j.at("format") == kFormat, "unknown format ", j.at("format").dump());
-    kind_ = j.at("kind").get<std::string>();
-    samples_ = j.at("samples").get<int64_t>();
-    classes_ = j.at("classes").get<int64_t>();
-    temperature_ = j.at("temperature").get<double>();
-    checksum_ = j.at("checksum").get<std::string>();
-  } catch (const InputError& e) {
-    throw InputError(index + ": " + e.what());
-  } catch (const std::exception& e) {
-    throw InputError(index + ": not a pare teacher-cache index: " + e.what());
-  }
-  std::vector<at::Tensor> idx, probs, rest;
-  int64_t next = 0;
-  for (auto& s : j.at("shards")) {
-    const int rank = s.at("rank").get<int>();
-    const int64_t b = s.at("begin").get<int64_t>(), e = s.at("end").get<int64_t>();
-    PARE_CHECK(b == next && e >= b, index, ": shard ", rank, " covers rows [", b, ", ", e, "), expected to start at ", next);
-    idx.push_back(core::load_npy(shard_file(dir, rank, "classes")).to(at::kLong));
-    probs.push_back(core::load_npy(shard_file(dir, rank, "probs")).to(at::kFloat));
-    rest.push_back(core::load_npy(shard_file(dir, rank, "rest")).to(at::kFloat));
-    PARE_CHECK(idx.back().dim() == 2 && idx.back().size(0) == e - b && probs.back().sizes() == idx.back().sizes() &&
-                   rest.back().dim() == 1 && rest.back().size(0) == e - b,
-               "teacher cache '", dir, "': shard ", rank, " does not hold ", e - b, " rows of matching shape");
-    next = e;
-  }
-  PARE_CHECK(next == samples_, index, ": the shards cover ", next, " rows, the index says ", samples_);
-  classes_idx_ = at::cat(idx);
-  probs_ = at::cat(probs);
-  rest_ = at::cat(rest);
-  PARE_CHECK(classes_idx_.max().item<int64_t>() < classes_, index, ": a class index is out of range");
-}
+CachedTeacher::CachedTeacher(const std::string& dir) : dir_(dir), cache_(TeacherCacheFile::read(dir)) {}
 
-std::string CachedTeacher::describe() const { return "teacher cache '" + dir_ + "' (" + kind_ + ")"; }
+std::string CachedTeacher::describe() const { return "teacher cache '" + dir_ + "' (" + cache_.kind + ")"; }
 
 void CachedTeacher::check(const core::TensorDataset& ds, double temperature) const {
-  PARE_CHECK(ds.size() == samples_ && dataset_checksum(ds) == checksum_, describe(), " was built for another dataset (",
-             samples_, " rows, checksum ", checksum_, ") than '", ds.name, "' (", ds.size(), " rows, checksum ",
+  PARE_CHECK(ds.size() == cache_.samples && dataset_checksum(ds) == cache_.checksum, describe(), " was built for another dataset (",
+             cache_.samples, " rows, checksum ", cache_.checksum, ") than '", ds.name, "' (", ds.size(), " rows, checksum ",
              dataset_checksum(ds), "); rebuild it from the same data, normalized the same way");
-  if (std::abs(temperature - temperature_) >= 1e-9)
-    throw InputError(detail::concat(describe(), " holds the teacher's distribution at T=", temperature_,
-                                    "; distill with temperature ", temperature_, " (or rebuild the cache at T=",
+  if (std::abs(temperature - cache_.temperature) >= 1e-9)
+    throw InputError(detail::concat(describe(), " holds the teacher's distribution at T=", cache_.temperature,
+                                    "; distill with temperature ", cache_.temperature, " (or rebuild the cache at T=",
                                     temperature, ")"))
         .about("temperature");
 }
@@ -238,20 +196,11 @@ std::unordered_map<std::string, at::Tensor> CachedTeacher::forward_batch(const c
   for (auto& v : values)
     PARE_CHECK(v == "logits", describe(), " has only logits, not '", v, "' (hints need a live teacher)");
   PARE_CHECK(b.rows.defined() && b.rows.numel() == b.x.size(0), describe(), " needs the dataset rows of the batch");
-  PARE_CHECK(b.rows.numel() == 0 || (b.rows.min().item<int64_t>() >= 0 && b.rows.max().item<int64_t>() < samples_),
-             describe(), ": batch rows outside its ", samples_, " rows");
-  at::Tensor idx = classes_idx_.index_select(0, b.rows), p = probs_.index_select(0, b.rows);
-  const int64_t m = idx.size(0);
-  // Padding (-1) goes to an extra column that is dropped; the tail mass (top-k) is spread evenly
-  // over the classes the cache does not name.
-  at::Tensor ext = at::where(idx.ge(0), idx, at::full_like(idx, classes_));
-  at::Tensor named = at::zeros({m, classes_ + 1}, at::kFloat).scatter_(1, ext, 1.0f).narrow(1, 0, classes_);
-  at::Tensor cached = at::zeros({m, classes_ + 1}, at::kFloat).scatter_(1, ext, p).narrow(1, 0, classes_);
-  at::Tensor others = (classes_ - named.sum(1)).clamp_min(1);
-  at::Tensor tail = (rest_.index_select(0, b.rows) / others).unsqueeze(1);
-  at::Tensor dense = at::where(named.gt(0), cached, tail.expand({m, classes_}));
-  at::Tensor logits = dense.clamp_min(1e-12).log() * temperature_;
-  return {{"logits", logits.to(b.x.device())}};
+  try {
+    return {{"logits", cache_.logits(b.rows).to(b.x.device())}};
+  } catch (const InputError& e) {
+    throw InputError(describe() + ": " + e.what());
+  }
 }
 
 }  // namespace pare::distill

@@ -1,9 +1,9 @@
 #include "distill/trainer.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <torch/types.h>  // before clip_grad.h, which uses it without including it
 #include <torch/nn/utils/clip_grad.h>
 #include <torch/optim.h>
-#include <torch/serialize.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -20,6 +20,7 @@
 #include "core/error.h"
 #include "core/file_util.h"
 #include "core/onnx_io.h"
+#include "core/tensor_io.h"
 #include "dist/ddp.h"
 
 namespace pare::distill {
@@ -129,10 +130,13 @@ EpochStats stats_from_json(const nlohmann::json& j) {
 }
 
 // A checkpoint file: "PARECKPT", a format version, the CRC-32 and byte count of the payload (8 bytes,
-// little-endian), then the payload, libtorch's archive. libtorch reads its zip records without
-// checking their CRCs, so without this a flipped byte in a weight would load silently.
+// little-endian), then the payload: safetensors (core/tensor_io, the reader pare fuzzes) holding
+// model/NAME, extra/I, optimizer/I/STATE (I: the optimizer's parameters in group order), rng
+// (the CPU generator's state), and in its metadata "state", the run's position and history as JSON.
+// Format 1 was libtorch's archive (torch::serialize), whose reader in libtorch 1.13 crashes on
+// damaged archives (found by tests/fuzz's checkpoint_fuzz): it is refused, not read.
 constexpr char kCheckpointMagic[8] = {'P', 'A', 'R', 'E', 'C', 'K', 'P', 'T'};
-constexpr uint32_t kCheckpointVersion = 1;
+constexpr uint32_t kCheckpointVersion = 2;
 constexpr size_t kCheckpointHeader = 8 + 4 + 4 + 8;
 
 uint32_t crc_of(std::string_view bytes) {
@@ -145,7 +149,8 @@ uint32_t crc_of(std::string_view bytes) {
   return static_cast<uint32_t>(crc);
 }
 
-// The header of a checkpoint whose payload is `payload`.
+}  // namespace
+
 std::string checkpoint_header(std::string_view payload) {
   std::string out(kCheckpointHeader, '\0');
   const uint32_t version = kCheckpointVersion, crc = crc_of(payload);
@@ -157,13 +162,109 @@ std::string checkpoint_header(std::string_view payload) {
   return out;
 }
 
+namespace {
+
+// The optimizer's parameters in group order, which numbers them in checkpoints.
+std::vector<at::Tensor> optimizer_params(torch::optim::Optimizer& opt) {
+  std::vector<at::Tensor> out;
+  for (auto& group : opt.param_groups()) out.insert(out.end(), group.params().begin(), group.params().end());
+  return out;
+}
+
+std::string state_key(const at::Tensor& p) { return c10::guts::to_string(p.unsafeGetTensorImpl()); }
+
+// Each parameter's optimizer state: Adam and AdamW keep exp_avg, exp_avg_sq (max_exp_avg_sq with
+// amsgrad) and a step count, SGD a momentum buffer. Into `tensors` as optimizer/I/NAME, and the step
+// counts into `steps` (-1: no state yet; SGD's: 0).
+template <class Adam>
+bool save_adam_state(const torch::optim::OptimizerParamState* s, const std::string& pre,
+                     std::map<std::string, at::Tensor>& tensors, int64_t& step) {
+  auto* a = dynamic_cast<const Adam*>(s);
+  if (!a) return false;
+  tensors[pre + "exp_avg"] = a->exp_avg();
+  tensors[pre + "exp_avg_sq"] = a->exp_avg_sq();
+  if (a->max_exp_avg_sq().defined()) tensors[pre + "max_exp_avg_sq"] = a->max_exp_avg_sq();
+  step = a->step();
+  return true;
+}
+
+void save_optimizer(torch::optim::Optimizer& opt, std::map<std::string, at::Tensor>& tensors, nlohmann::json& steps) {
+  steps = nlohmann::json::array();
+  const auto params = optimizer_params(opt);
+  for (size_t i = 0; i < params.size(); ++i) {
+    auto it = opt.state().find(state_key(params[i]));
+    int64_t step = -1;
+    const std::string pre = "optimizer/" + std::to_string(i) + "/";
+    if (it != opt.state().end() &&
+        !save_adam_state<torch::optim::AdamParamState>(it->second.get(), pre, tensors, step) &&
+        !save_adam_state<torch::optim::AdamWParamState>(it->second.get(), pre, tensors, step)) {
+      auto* m = dynamic_cast<const torch::optim::SGDParamState*>(it->second.get());
+      PARE_CHECK(m, "an optimizer state pare cannot save");
+      step = 0;
+      if (m->momentum_buffer().defined()) tensors[pre + "momentum_buffer"] = m->momentum_buffer();
+    }
+    steps.push_back(step);
+  }
+}
+
+// The optimizer states a checkpoint holds for `opt`'s parameters (optimizer `kind`), each checked
+// against its parameter (shape, dtype, finite values) before any is installed; by state key.
+using OptimizerStates = std::vector<std::pair<std::string, std::unique_ptr<torch::optim::OptimizerParamState>>>;
+OptimizerStates read_optimizer(torch::optim::Optimizer& opt, const std::string& kind,
+                               std::map<std::string, at::Tensor>& tensors, const nlohmann::json& steps,
+                               const std::string& path) {
+  const auto params = optimizer_params(opt);
+  PARE_CHECK(steps.is_array() && steps.size() == params.size(), "'", path, "': its optimizer state is for ",
+             steps.is_array() ? steps.size() : 0, " parameters, this run has ", params.size());
+  OptimizerStates out;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const int64_t step = steps[i].get<int64_t>();
+    if (step < 0) continue;
+    const std::string pre = "optimizer/" + std::to_string(i) + "/";
+    const at::Tensor& p = params[i];
+    auto take = [&](const std::string& name, bool required) {
+      auto it = tensors.find(pre + name);
+      if (it == tensors.end()) {
+        PARE_CHECK(!required, "'", path, "': no tensor '", pre + name, "' for ", kind, "'s state");
+        return at::Tensor();
+      }
+      const at::Tensor t = it->second;
+      PARE_CHECK(t.sizes() == p.sizes() && t.scalar_type() == p.scalar_type() && at::isfinite(t).all().item<bool>(),
+                 "'", path, "': optimizer state '", pre + name, "' is a ", t.sizes(), " ", t.scalar_type(),
+                 " tensor for a ", p.sizes(), " ", p.scalar_type(), " parameter, or not finite");
+      tensors.erase(it);
+      return t.to(p.device());
+    };
+    if (kind == "sgd") {
+      auto s = std::make_unique<torch::optim::SGDParamState>();
+      s->momentum_buffer(take("momentum_buffer", false));
+      out.emplace_back(state_key(p), std::move(s));
+    } else {
+      auto fill = [&](auto s) {
+        s->step(step);
+        s->exp_avg(take("exp_avg", true));
+        s->exp_avg_sq(take("exp_avg_sq", true));
+        s->max_exp_avg_sq(take("max_exp_avg_sq", false));
+        out.emplace_back(state_key(p), std::move(s));
+      };
+      if (kind == "adamw") fill(std::make_unique<torch::optim::AdamWParamState>());
+      else fill(std::make_unique<torch::optim::AdamParamState>());
+    }
+  }
+  return out;
+}
+
 // The payload of checkpoint file `path` (its bytes in `file`, which the view points into), after
-// checking its header and CRC. Checkpoints of pare before checksums (a bare libtorch archive, a zip
-// file) are returned whole. Throws InputError naming the file when it is truncated or damaged.
+// checking its header and CRC. Throws InputError naming the file when it is truncated or damaged,
+// or of a format this pare does not read.
 std::string_view checkpoint_payload(const std::string& file, const std::string& path) {
-  if (file.compare(0, 2, "PK") == 0) return file;
   const std::string why = "'" + path + "' is not a usable pare checkpoint: ";
   const std::string what_now = "; nothing was loaded (restore a good copy, or delete it to start afresh)";
+  const std::string old_format =
+      " (a libtorch archive, written by an older pare), which this pare no longer reads: libtorch's reader of "
+      "such archives crashes on damaged ones. Finish that run with the pare that wrote it, or delete the file to "
+      "start afresh";
+  PARE_CHECK(file.compare(0, 2, "PK") != 0, why, "it is a checkpoint without a header", old_format);
   PARE_CHECK(file.size() >= kCheckpointHeader && std::memcmp(file.data(), kCheckpointMagic, 8) == 0, why,
              file.size() < kCheckpointHeader ? "it is truncated (" + std::to_string(file.size()) + " bytes)"
                                              : std::string("it does not start with a pare checkpoint header"),
@@ -173,6 +274,7 @@ std::string_view checkpoint_payload(const std::string& file, const std::string& 
   std::memcpy(&version, &file[8], 4);
   std::memcpy(&crc, &file[12], 4);
   std::memcpy(&size, &file[16], 8);
+  PARE_CHECK(version != 1, why, "it is of format 1", old_format);
   PARE_CHECK(version == kCheckpointVersion, why, "format version ", version, " is not ", kCheckpointVersion,
              " (written by another pare)", what_now);
   PARE_CHECK(size == file.size() - kCheckpointHeader, why, "it is truncated or padded: the header announces ", size,
@@ -345,80 +447,82 @@ double Trainer::lr_at(int64_t step, int64_t total_steps, int64_t steps_per_epoch
 
 void Trainer::save_checkpoint(const State& st) {
   if (!writer_ || opts_.checkpoint_.empty()) return;
-  torch::serialize::OutputArchive archive;
-  for (auto& n : model_.parameter_names()) archive.write("model/" + n, model_.initializer(n));
-  for (auto& n : model_.buffer_names()) archive.write("model/" + n, model_.initializer(n), true);
-  for (size_t i = 0; i < extra_.size(); ++i) archive.write("extra/" + std::to_string(i), extra_[i]);
-  torch::serialize::OutputArchive optim;
-  optimizer_->save(optim);
-  archive.write("optimizer", optim);
-  archive.write("rng", at::detail::getDefaultCPUGenerator().get_state(), true);
-  nlohmann::json j = {{"history", nlohmann::json::array()}, {"seed", opts_.seed_}, {"batch_size", opts_.batch_size_}};
+  std::map<std::string, at::Tensor> tensors;
+  for (auto& n : model_.parameter_names()) tensors["model/" + n] = model_.initializer(n);
+  for (auto& n : model_.buffer_names()) tensors["model/" + n] = model_.initializer(n);
+  for (size_t i = 0; i < extra_.size(); ++i) tensors["extra/" + std::to_string(i)] = extra_[i];
+  tensors["rng"] = at::detail::getDefaultCPUGenerator().get_state();
+  nlohmann::json j = {{"history", nlohmann::json::array()}, {"seed", opts_.seed_}, {"batch_size", opts_.batch_size_},
+                      {"optimizer", opts_.optimizer_}};
+  save_optimizer(*optimizer_, tensors, j["optimizer_steps"]);
   state_fields(st, to_json_of(j));
   j["loss_scale"] = st.scaler.scale;
   j["loss_scale_good_steps"] = st.scaler.good_steps;
   for (auto& h : st.history) j["history"].push_back(stats_json(h));
-  archive.write("state", c10::IValue(j.dump()));
   std::ostringstream payload;
-  archive.save_to(payload);
+  core::write_safetensors(payload, tensors, {{"state", j.dump()}});
   const std::string bytes = payload.str();
   write_file_atomic(opts_.checkpoint_, [&](std::ostream& os) { os << checkpoint_header(bytes) << bytes; });
 }
 
-bool Trainer::load_checkpoint(State& st) {
+bool Trainer::load_checkpoint(State& st, int64_t batches) {
   const std::string& path = opts_.checkpoint_;
   if (!opts_.resume_ || !file_exists(path)) return false;
-  torch::serialize::InputArchive archive;
   try {
     // Tensors land on the model's device, whichever device wrote them (a GPU checkpoint resumes
     // on the CPU and back). Everything is read and checked before anything of the run changes, so
     // a checkpoint that does not fit is never loaded half.
     const std::string file = read_file(path);
-    const std::string_view payload = checkpoint_payload(file, path);
-    archive.load_from(payload.data(), payload.size(), model_.device());
+    std::map<std::string, std::string> meta;
+    auto tensors = core::parse_safetensors(checkpoint_payload(file, path), path, &meta);
     at::NoGradGuard no_grad;
-    std::vector<std::pair<at::Tensor, at::Tensor>> copies;  // model tensor <- checkpoint tensor
-    auto read_model_tensor = [&](const std::string& name, bool buffer) {
-      at::Tensor t;
-      archive.read("model/" + name, t, buffer);
-      at::Tensor dst = model_.initializer(name);
-      PARE_CHECK(t.sizes() == dst.sizes(), "'", path, "': tensor '", name, "' has shape ",
-                 t.sizes(), " in the checkpoint but ", dst.sizes(), " in the model");
+    std::vector<std::pair<at::Tensor, at::Tensor>> copies;  // run tensor <- checkpoint tensor
+    auto take = [&](const std::string& key, const std::string& what, const at::Tensor& dst) {
+      auto it = tensors.find(key);
+      PARE_CHECK(it != tensors.end(), "'", path, "' holds no ", what, " (a checkpoint of another model?)");
+      const at::Tensor t = it->second;
+      PARE_CHECK(t.sizes() == dst.sizes() && t.scalar_type() == dst.scalar_type(), "'", path, "': ", what, " is ",
+                 t.scalar_type(), " ", t.sizes(), " in the checkpoint but ", dst.scalar_type(), " ", dst.sizes(),
+                 " in this run");
+      PARE_CHECK(!t.is_floating_point() || at::isfinite(t).all().item<bool>(), "'", path, "': ", what,
+                 " holds NaN or Inf (a run never saves such a state: the file is damaged)");
       copies.emplace_back(dst, t);
     };
-    for (auto& n : model_.parameter_names()) read_model_tensor(n, false);
-    for (auto& n : model_.buffer_names()) read_model_tensor(n, true);
-    for (size_t i = 0; i < extra_.size(); ++i) {
-      at::Tensor t;
-      archive.read("extra/" + std::to_string(i), t);
-      PARE_CHECK(t.sizes() == extra_[i].sizes(), "'", path, "': loss tensor ", i, " has shape ", t.sizes(),
-                 " in the checkpoint but ", extra_[i].sizes(), " in this run");
-      copies.emplace_back(extra_[i], t);
-    }
-    torch::serialize::InputArchive optim;
-    archive.read("optimizer", optim);
-    at::Tensor rng;
-    archive.read("rng", rng, true);
-    c10::IValue state;
-    archive.read("state", state);
-    auto j = nlohmann::json::parse(state.toStringRef());
-    if (j.at("seed").get<uint64_t>() != opts_.seed_ || j.at("batch_size").get<int64_t>() != opts_.batch_size_)
+    for (auto& n : model_.parameter_names()) take("model/" + n, "tensor '" + n + "'", model_.initializer(n));
+    for (auto& n : model_.buffer_names()) take("model/" + n, "tensor '" + n + "'", model_.initializer(n));
+    for (size_t i = 0; i < extra_.size(); ++i) take("extra/" + std::to_string(i), "loss tensor " + std::to_string(i), extra_[i]);
+    auto rng = tensors.find("rng");
+    PARE_CHECK(rng != tensors.end(), "'", path, "' holds no random generator state");
+    at::make_generator<at::CPUGeneratorImpl>().set_state(rng->second);  // a state the generator takes
+    PARE_CHECK(meta.count("state"), "'", path, "' holds no run state");
+    auto j = nlohmann::json::parse(meta.at("state"));
+    if (j.at("seed").get<uint64_t>() != opts_.seed_ || j.at("batch_size").get<int64_t>() != opts_.batch_size_ ||
+        j.at("optimizer").get<std::string>() != opts_.optimizer_)
       throw InputError(detail::concat("'", path, "' was written by a run with seed ", j.at("seed").get<uint64_t>(),
-                                      " and batch_size ", j.at("batch_size").get<int64_t>(),
-                                      "; resume with the same options"))
+                                      ", batch_size ", j.at("batch_size").get<int64_t>(), " and optimizer ",
+                                      j.at("optimizer").get<std::string>(), "; resume with the same options"))
           .about("seed")
-          .about("batch_size");
+          .about("batch_size")
+          .about("optimizer");
     State loaded;
     state_fields(loaded, from_json_of(j));
+    PARE_CHECK(loaded.epoch >= 0 && loaded.step >= 0 && loaded.batch >= 0 && loaded.batch <= batches &&
+                   loaded.samples >= 0 && loaded.correct >= 0 && loaded.correct <= loaded.samples,
+               "'", path, "': its position (epoch ", loaded.epoch, ", batch ", loaded.batch, ", step ", loaded.step,
+               ") is not one of a run with ", batches, " batches an epoch");
     loaded.scaler = st.scaler;
     loaded.scaler.scale = j.value("loss_scale", st.scaler.scale);
     loaded.scaler.good_steps = j.value("loss_scale_good_steps", int64_t{0});
+    PARE_CHECK(loaded.scaler.scale > 0 && std::isfinite(loaded.scaler.scale), "'", path, "': loss scale ",
+               loaded.scaler.scale, " is not a positive number");
     for (auto& h : j.at("history")) loaded.history.push_back(stats_from_json(h));
-    // Everything read: now change the run.
-    optimizer_->load(optim);
+    OptimizerStates optim = read_optimizer(*optimizer_, opts_.optimizer_, tensors, j.at("optimizer_steps"), path);
+    // Everything read and checked: now change the run.
+    optimizer_->state().clear();
+    for (auto& [key, state] : optim) optimizer_->state()[key] = std::move(state);
     for (auto& [dst, t] : copies) dst.copy_(t);
     at::Generator gen = at::detail::getDefaultCPUGenerator();
-    gen.set_state(rng.cpu());
+    gen.set_state(rng->second);
     st = std::move(loaded);
   } catch (const Error&) {
     throw;
@@ -617,7 +721,7 @@ std::vector<EpochStats> Trainer::fit(const core::TensorDataset& train, const cor
   std::unique_ptr<Run> run = start_run(train);
   State st;
   st.scaler.enabled = opts_.precision_ == core::Precision::kFp16;
-  if (load_checkpoint(st) && run->show)
+  if (load_checkpoint(st, run->batches) && run->show)
     std::fprintf(stderr, "resuming from %s: epoch %lld, batch %lld, step %lld\n", opts_.checkpoint_.c_str(),
                  (long long)st.epoch + 1, (long long)st.batch, (long long)st.step);
   for (auto& h : st.history) run->metrics += stats_json(h).dump() + "\n";

@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/data.h"
@@ -134,6 +135,11 @@ struct StepOutput {
   std::map<std::string, double> parts;
 };
 
+/// The header of a checkpoint file whose payload (safetensors) is `payload`: "PARECKPT", the
+/// format version, the payload's CRC-32 and size (distill/trainer.cpp). For tests and fuzzers that
+/// build checkpoints of their own.
+std::string checkpoint_header(std::string_view payload);
+
 /// Runs the training loop.
 class Trainer {
  public:
@@ -170,7 +176,7 @@ class Trainer {
   EpochStats reduce_epoch(Run& run, const State& st) const;
   bool end_epoch(Run& run, State& st, const EpochStats& es, bool validated);
   void save_checkpoint(const State& st);
-  bool load_checkpoint(State& st);
+  bool load_checkpoint(State& st, int64_t batches);
   double lr_at(int64_t step, int64_t total_steps, int64_t steps_per_epoch) const;
   void make_optimizer();
 

@@ -3,7 +3,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "core/file_util.h"
+#include "core/tensor_io.h"
 #include "core/zoo.h"
 #include "tests/test_util.h"
 
@@ -100,4 +103,46 @@ TEST(TeacherCache, RefusesOtherDataOtherTemperaturesAndInputs) {
   expect_input_error([&] { distill::CachedTeacher(dir.path() + "/nope"); }, {"index.json"});
   write_file_atomic(dir.file("index.json"), "{\"format\": 3}");
   expect_input_error([&] { distill::CachedTeacher x(dir.path()); }, {"index.json"});
+}
+
+// A cache's files are checked against each other and their ranges before use (distill/
+// teacher_cache_file.cpp; the cases tests/fuzz's teacher_cache_fuzz explores): each is refused
+// naming the file.
+TEST(TeacherCache, RefusesShardsThatDoNotFitTheIndex) {
+  TempDir dir;
+  auto ds = dataset(6, 3);
+  distill::GraphTeacher t(core::build_zoo_model("lenet5", 8), "lenet5");
+  distill::write_teacher_cache(t, "lenet5", ds, "rand", opts(3), dir.path());
+  const std::string index = read_file(dir.file("index.json"));
+  const std::string classes = distill::teacher_cache_shard(dir.path(), 0, "classes");
+  const std::string probs = distill::teacher_cache_shard(dir.path(), 0, "probs");
+  const at::Tensor idx = core::load_npy(classes), p = core::load_npy(probs);
+  auto refused = [&](const std::vector<std::string>& parts) {
+    expect_input_error([&] { distill::TeacherCacheFile::read(dir.path()); }, parts);
+    write_file_atomic(dir.file("index.json"), index);
+    core::save_npy(idx, classes);
+    core::save_npy(p, probs);
+  };
+  core::save_npy(idx.clone().fill_(10), classes);
+  refused({"shard-0.classes.npy", "outside [-1, 10)"});
+  core::save_npy(p.to(at::kFloat).fill_(NAN), probs);
+  refused({"shard-0.probs.npy", "NaN"});
+  core::save_npy(idx.to(at::kFloat), classes);
+  refused({"shard-0.classes.npy", "class indices (integers)"});
+  core::save_npy(p.narrow(0, 0, 5), probs);
+  refused({"shard-0.probs.npy", "6 rows"});
+  auto edit = [&](const std::string& from, const std::string& to) {
+    std::string s = index;
+    s.replace(s.find(from), from.size(), to);
+    write_file_atomic(dir.file("index.json"), s);
+  };
+  edit("\"samples\": 6", "\"samples\": 0");
+  refused({"index.json", "at least 1"});
+  edit("\"shards\"", "\"shard\"");
+  refused({"index.json", "not a pare teacher-cache index"});
+  edit("\"rank\": 0", "\"rank\": \"zero\"");
+  refused({"index.json", "integers rank, begin and end"});
+  edit("\"end\": 6", "\"end\": 7");
+  refused({"index.json", "shard 0 covers rows [0, 7)"});
+  EXPECT_EQ(distill::TeacherCacheFile::read(dir.path()).samples, 6);
 }

@@ -1,7 +1,12 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
 #include "core/error.h"
 #include "core/file_util.h"
+#include "core/tensor_io.h"
 #include "core/zoo.h"
 #include "distill/trainer.h"
 #include "tests/test_util.h"
@@ -96,8 +101,67 @@ TEST(Trainer, ADamagedCheckpointIsRefusedAndNothingOfItIsLoaded) {
   try_resume(flipped, {"run.ckpt", "checksum does not match", "nothing was loaded"});
   try_resume(good.substr(0, good.size() - 100), {"run.ckpt", "truncated"});
   try_resume(good.substr(0, 10), {"run.ckpt", "truncated (10 bytes)"});
-  // A checkpoint of pare before checksums (the bare libtorch archive) still resumes.
-  write_file_atomic(ckpt, good.substr(24));
+  try_resume(good.substr(24), {"run.ckpt", "does not start with a pare checkpoint header"});
+  // Checkpoints of older pares, libtorch archives (format 1, or bare before checksums), whose reader
+  // in libtorch crashes on damaged ones, are refused, not read.
+  std::string format1 = good;
+  format1[8] = 1;
+  try_resume(format1, {"run.ckpt", "format 1", "no longer reads", "delete the file to start afresh"});
+  // The bare libtorch archive that crashed libtorch 1.13's reader (SEGV), found by checkpoint_fuzz.
+  try_resume(read_file(std::string(PARE_SOURCE_DIR) + "/tests/fuzz/regressions/checkpoint/format1_libtorch_archive_segv"),
+             {"run.ckpt", "without a header", "no longer reads"});
+  // The good one resumes.
+  write_file_atomic(ckpt, good);
   core::Module m(core::build_zoo_model("mlp:784-8-2", 5));
   EXPECT_EQ(distill::Trainer(m, opts(2)).fit(train, nullptr).size(), 2u);
+}
+
+// What a checkpoint holds is checked against the run before anything of it is used (the cases
+// tests/fuzz's checkpoint_fuzz found): each is refused with exit code 2, the model unchanged.
+TEST(Trainer, ACheckpointWhoseContentsDoNotFitIsRefused) {
+  pare::testing::TempDir dir;
+  const std::string ckpt = dir.file("run.ckpt");
+  auto train = two_blobs(64, 1);
+  auto opts = [&](int64_t epochs) {
+    return distill::TrainerOptions().epochs(epochs).batch_size(16).seed(2).progress(false).checkpoint(ckpt).resume(true);
+  };
+  {
+    core::Module m(core::build_zoo_model("mlp:784-8-2", 5));
+    distill::Trainer(m, opts(1)).fit(train, nullptr);
+  }
+  std::map<std::string, std::string> meta;
+  const std::string file = read_file(ckpt);
+  const auto good = core::parse_safetensors(std::string_view(file).substr(24), ckpt, &meta);
+  auto resume_with = [&](const std::map<std::string, at::Tensor>& tensors, const std::string& state,
+                         const std::vector<std::string>& parts) {
+    std::ostringstream payload;
+    core::write_safetensors(payload, tensors, {{"state", state}});
+    write_file_atomic(ckpt, distill::checkpoint_header(payload.str()) + payload.str());
+    core::Module m(core::build_zoo_model("mlp:784-8-2", 5));
+    const at::Tensor before = m.parameters()[0].detach().clone();
+    pare::testing::expect_input_error([&] { distill::Trainer(m, opts(2)).fit(train, nullptr); }, parts);
+    EXPECT_TRUE(at::equal(m.parameters()[0], before)) << "a refused checkpoint changed the model";
+  };
+  const std::string state = meta.at("state");
+  auto with = [&](const std::string& key, const at::Tensor& t) {
+    auto tensors = good;
+    tensors[key] = t;
+    return tensors;
+  };
+  const std::string w = good.lower_bound("model/")->first;  // a weight of the model
+  resume_with(with("optimizer/0/exp_avg", at::zeros({1})), state, {"run.ckpt", "optimizer state 'optimizer/0/exp_avg'"});
+  resume_with(with("optimizer/0/exp_avg_sq", at::full(good.at("optimizer/0/exp_avg_sq").sizes(), NAN)), state,
+              {"run.ckpt", "not finite"});
+  resume_with(with(w, at::full(good.at(w).sizes(), INFINITY)), state, {"run.ckpt", "NaN or Inf"});
+  resume_with(with("rng", at::zeros({3}, at::kByte)), state, {"run.ckpt", "cannot resume"});
+  auto j = nlohmann::json::parse(state);
+  j["step"] = -1000000000000;
+  resume_with(good, j.dump(), {"run.ckpt", "its position", "step -1000000000000"});
+  j = nlohmann::json::parse(state);
+  j["optimizer"] = "sgd";
+  resume_with(good, j.dump(), {"run.ckpt", "optimizer sgd", "resume with the same options"});
+  j = nlohmann::json::parse(state);
+  j["optimizer_steps"][0] = -5;  // no state for it is fine; a step count that is not an integer is not
+  j["optimizer_steps"][1] = "x";
+  resume_with(good, j.dump(), {"run.ckpt", "cannot resume"});
 }
