@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/file_util.h"
+#include "core/json_util.h"
 #include "core/tensor_io.h"
 
 namespace pare::distill {
@@ -51,8 +52,8 @@ TeacherCacheFile TeacherCacheFile::read(const std::string& dir) {
     PARE_CHECK(j.at("format") == kTeacherCacheFormat, "unknown format ", j.at("format").dump());
     c.kind = j.at("kind").get<std::string>();
     PARE_CHECK(c.kind == "top-k" || c.kind == "sampled", "unknown kind '", c.kind, "' (top-k or sampled)");
-    c.samples = j.at("samples").get<int64_t>();
-    c.classes = j.at("classes").get<int64_t>();
+    c.samples = json_int_at<int64_t>(j, "samples");
+    c.classes = json_int_at<int64_t>(j, "classes");
     PARE_CHECK(c.samples >= 1 && c.classes >= 1 && c.classes <= INT32_MAX, "samples (", c.samples, ") and classes (",
                c.classes, ") must be at least 1");
     c.temperature = j.at("temperature").get<double>();
@@ -70,9 +71,9 @@ TeacherCacheFile TeacherCacheFile::read(const std::string& dir) {
     int rank = 0;
     int64_t b = 0, e = 0;
     try {
-      rank = s.at("rank").get<int>();
-      b = s.at("begin").get<int64_t>();
-      e = s.at("end").get<int64_t>();
+      rank = json_int_at<int>(s, "rank");
+      b = json_int_at<int64_t>(s, "begin");
+      e = json_int_at<int64_t>(s, "end");
     } catch (const std::exception& ex) {
       throw InputError(index + ": a shard needs integers rank, begin and end: " + ex.what());
     }

@@ -19,6 +19,7 @@
 
 #include "core/error.h"
 #include "core/file_util.h"
+#include "core/json_util.h"
 #include "core/onnx_io.h"
 #include "core/tensor_io.h"
 #include "dist/ddp.h"
@@ -105,7 +106,11 @@ auto to_json_of(nlohmann::json& j) {
   return [&j](const char* key, const auto& v) { j[key] = v; };
 }
 auto from_json_of(const nlohmann::json& j) {
-  return [&j](const char* key, auto& v) { v = j.at(key).get<std::decay_t<decltype(v)>>(); };
+  return [&j](const char* key, auto& v) {
+    using T = std::decay_t<decltype(v)>;
+    if constexpr (std::is_integral_v<T>) v = json_int_at<T>(j, key);  // a float there is no position
+    else v = j.at(key).get<T>();
+  };
 }
 
 nlohmann::json stats_json(const EpochStats& st) {
@@ -218,7 +223,7 @@ OptimizerStates read_optimizer(torch::optim::Optimizer& opt, const std::string& 
              steps.is_array() ? steps.size() : 0, " parameters, this run has ", params.size());
   OptimizerStates out;
   for (size_t i = 0; i < params.size(); ++i) {
-    const int64_t step = steps[i].get<int64_t>();
+    const int64_t step = json_int<int64_t>(steps[i], "an optimizer step count");
     if (step < 0) continue;
     const std::string pre = "optimizer/" + std::to_string(i) + "/";
     const at::Tensor& p = params[i];
@@ -496,10 +501,11 @@ bool Trainer::load_checkpoint(State& st, int64_t batches) {
     at::make_generator<at::CPUGeneratorImpl>().set_state(rng->second);  // a state the generator takes
     PARE_CHECK(meta.count("state"), "'", path, "' holds no run state");
     auto j = nlohmann::json::parse(meta.at("state"));
-    if (j.at("seed").get<uint64_t>() != opts_.seed_ || j.at("batch_size").get<int64_t>() != opts_.batch_size_ ||
-        j.at("optimizer").get<std::string>() != opts_.optimizer_)
-      throw InputError(detail::concat("'", path, "' was written by a run with seed ", j.at("seed").get<uint64_t>(),
-                                      ", batch_size ", j.at("batch_size").get<int64_t>(), " and optimizer ",
+    const uint64_t seed = json_int_at<uint64_t>(j, "seed");
+    const int64_t batch_size = json_int_at<int64_t>(j, "batch_size");
+    if (seed != opts_.seed_ || batch_size != opts_.batch_size_ || j.at("optimizer").get<std::string>() != opts_.optimizer_)
+      throw InputError(detail::concat("'", path, "' was written by a run with seed ", seed,
+                                      ", batch_size ", batch_size, " and optimizer ",
                                       j.at("optimizer").get<std::string>(), "; resume with the same options"))
           .about("seed")
           .about("batch_size")
@@ -512,7 +518,7 @@ bool Trainer::load_checkpoint(State& st, int64_t batches) {
                ") is not one of a run with ", batches, " batches an epoch");
     loaded.scaler = st.scaler;
     loaded.scaler.scale = j.value("loss_scale", st.scaler.scale);
-    loaded.scaler.good_steps = j.value("loss_scale_good_steps", int64_t{0});
+    loaded.scaler.good_steps = j.contains("loss_scale_good_steps") ? json_int_at<int64_t>(j, "loss_scale_good_steps") : 0;
     PARE_CHECK(loaded.scaler.scale > 0 && std::isfinite(loaded.scaler.scale), "'", path, "': loss scale ",
                loaded.scaler.scale, " is not a positive number");
     for (auto& h : j.at("history")) loaded.history.push_back(stats_from_json(h));
@@ -524,6 +530,9 @@ bool Trainer::load_checkpoint(State& st, int64_t batches) {
     at::Generator gen = at::detail::getDefaultCPUGenerator();
     gen.set_state(rng->second);
     st = std::move(loaded);
+  } catch (const InputError& e) {
+    if (std::string(e.what()).find(path) != std::string::npos) throw;
+    throw InputError("cannot resume from '" + path + "': " + e.what());  // a field of the run state
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {

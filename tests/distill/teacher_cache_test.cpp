@@ -138,6 +138,8 @@ TEST(TeacherCache, RefusesShardsThatDoNotFitTheIndex) {
   };
   edit("\"samples\": 6", "\"samples\": 0");
   refused({"index.json", "at least 1"});
+  edit("\"samples\": 6", "\"samples\": 5.1e58");  // found by teacher_cache_fuzz: UB in the conversion before
+  refused({"index.json", "'samples' must be an integer"});
   edit("\"shards\"", "\"shard\"");
   refused({"index.json", "not a pare teacher-cache index"});
   edit("\"rank\": 0", "\"rank\": \"zero\"");

@@ -158,6 +158,9 @@ TEST(Trainer, ACheckpointWhoseContentsDoNotFitIsRefused) {
   j["step"] = -1000000000000;
   resume_with(good, j.dump(), {"run.ckpt", "its position", "step -1000000000000"});
   j = nlohmann::json::parse(state);
+  j["step"] = 5.1e58;  // a float where an integer belongs: refused, never converted
+  resume_with(good, j.dump(), {"run.ckpt", "'step' must be an integer"});
+  j = nlohmann::json::parse(state);
   j["optimizer"] = "sgd";
   resume_with(good, j.dump(), {"run.ckpt", "optimizer sgd", "resume with the same options"});
   j = nlohmann::json::parse(state);
