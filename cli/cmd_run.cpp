@@ -47,7 +47,9 @@ std::vector<at::Tensor> read_inputs(const std::vector<std::string>& names, const
     PARE_CHECK(idx < names.size(), "--input ", spec, ": the model takes only ", names.size(), " input(s)");
     PARE_CHECK(!feeds[idx].defined(), "--input ", spec, ": input '", names[idx], "' is given twice");
     try {
-      feeds[idx] = core::load_npy(path);
+      // .pb: an ONNX TensorProto, as in ONNX's test data sets (onnx_test_runner reads those too).
+      const bool pb = path.size() > 3 && path.compare(path.size() - 3, 3, ".pb") == 0;
+      feeds[idx] = pb ? core::load_tensor_pb(path) : core::load_npy(path);
     } catch (const Error& e) {
       throw InputError(std::string(e.what()) + " (for input '" + names[idx] + "')");
     }
@@ -138,10 +140,10 @@ void run_torch(const RunOpts& o) {
 }  // namespace
 
 void add_run(CLI::App& app, Action& action) {
-  auto* cmd = app.add_subcommand("run", "Run a model on inputs from .npy files");
+  auto* cmd = app.add_subcommand("run", "Run a model on inputs from .npy (or ONNX .pb) files");
   auto o = std::make_shared<RunOpts>();
   cmd->add_option("model", o->model, "ONNX file or zoo spec")->required();
-  cmd->add_option("--input,-i", o->inputs, "[NAME=]FILE.npy for each graph input (in order when NAME is left out)")
+  cmd->add_option("--input,-i", o->inputs, "[NAME=]FILE.npy (or FILE.pb, an ONNX TensorProto) for each graph input (in order when NAME is left out)")
       ->required();
   cmd->add_option("--output,-o", o->outputs,
                   "[NAME=]FILE.npy: where to write outputs (the first graph output when NAME is left out; any "

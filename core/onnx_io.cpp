@@ -307,6 +307,8 @@ Graph parse_onnx(const std::string& bytes, const std::string& origin, const Onnx
 
 Graph load_onnx(const std::string& path) { return load_onnx(path, OnnxLoadOptions()); }
 
+at::Tensor load_tensor_pb(const std::string& path) { return to_torch(reader::parse_tensor(read_file(path), path)); }
+
 Graph load_onnx(const std::string& path, const OnnxLoadOptions& opts) {
   return parse_onnx(read_file(path), path, opts);
 }

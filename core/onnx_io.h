@@ -70,6 +70,10 @@ struct OnnxLoadOptions {
   bool verify_ = true;
 };
 
+/// A serialized ONNX TensorProto (.pb, as in ONNX's test data sets) as a CPU tensor. Throws
+/// InputError naming the file when it is not one, or of a type pare does not decode.
+at::Tensor load_tensor_pb(const std::string& path);
+
 /// Reads an ONNX model (with external data files resolved relative to the model's folder).
 /// Graph inputs that are also initializers are dropped from Graph::inputs.
 /// Throws InputError naming the file for truncated or malformed protobuf, unsupported dtypes or

@@ -485,4 +485,11 @@ Model parse_model(const std::string& bytes, const std::string& origin) {
 
 Model read_model(const std::string& path) { return parse_model(read_file(path), path); }
 
+Tensor parse_tensor(const std::string& bytes, const std::string& origin) {
+  onnx::TensorProto tp;
+  PARE_CHECK(bytes.size() <= static_cast<size_t>(INT_MAX) && tp.ParseFromString(bytes), "'", origin,
+             "' is not an ONNX TensorProto (truncated, or another kind of file)");
+  return tensor_from_proto(tp, "'" + origin + "'", dir_name(origin));
+}
+
 }  // namespace pare::reader

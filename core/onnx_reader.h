@@ -110,5 +110,9 @@ Model read_model(const std::string& path);
 /// Same, from bytes already in memory; `origin` names the source in messages and its folder holds
 /// external data.
 Model parse_model(const std::string& bytes, const std::string& origin);
+/// One serialized TensorProto (a .pb file of ONNX's test data sets, as ONNX Runtime's
+/// onnx_test_runner reads them); `origin` names it in messages, its folder holds external data.
+/// Throws InputError naming `origin` when the bytes are not a TensorProto of a decodable type.
+Tensor parse_tensor(const std::string& bytes, const std::string& origin);
 
 }  // namespace pare::reader

@@ -58,6 +58,7 @@ void register_core_ops(OpRegistry& reg) {
   register_nn_ops(reg);
   register_tensor_ops(reg);
   register_quant_ops(reg);
+  register_loss_ops(reg);
 }
 
 std::vector<int64_t> to_int_vector(const at::Tensor& t) {

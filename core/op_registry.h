@@ -144,6 +144,7 @@ void register_elementwise_ops(OpRegistry& reg);
 void register_nn_ops(OpRegistry& reg);
 void register_tensor_ops(OpRegistry& reg);
 void register_quant_ops(OpRegistry& reg);
+void register_loss_ops(OpRegistry& reg);
 
 /// Reads a small integer tensor (shape, axes, indices) into a vector, wherever it lives.
 std::vector<int64_t> to_int_vector(const at::Tensor& t);

@@ -259,9 +259,51 @@ void register_unary_ops(OpRegistry& reg) {
   reg.add(clip_op());
 }
 
+// Trigonometric and hyperbolic functions, and the activations of ONNX that need their parameters.
+void register_math_ops(OpRegistry& reg) {
+  add_unary(reg, "Tan", [](const Node&, const at::Tensor& x) { return at::tan(x); }, "tan(x)");
+  add_unary(reg, "Asin", [](const Node&, const at::Tensor& x) { return at::asin(x); }, "asin(x)");
+  add_unary(reg, "Acos", [](const Node&, const at::Tensor& x) { return at::acos(x); }, "acos(x)");
+  add_unary(reg, "Atan", [](const Node&, const at::Tensor& x) { return at::atan(x); }, "atan(x)");
+  add_unary(reg, "Sinh", [](const Node&, const at::Tensor& x) { return at::sinh(x); }, "sinh(x)");
+  add_unary(reg, "Cosh", [](const Node&, const at::Tensor& x) { return at::cosh(x); }, "cosh(x)");
+  add_unary(reg, "Asinh", [](const Node&, const at::Tensor& x) { return at::asinh(x); }, "asinh(x)");
+  add_unary(reg, "Acosh", [](const Node&, const at::Tensor& x) { return at::acosh(x); }, "acosh(x)");
+  add_unary(reg, "Atanh", [](const Node&, const at::Tensor& x) { return at::atanh(x); }, "atanh(x)");
+  add_unary(
+      reg, "Selu",
+      [](const Node& n, const at::Tensor& x) {
+        const double alpha = n.attr_float("alpha", 1.67326319217681884765625f);
+        const double gamma = n.attr_float("gamma", 1.05070102214813232421875f);
+        return gamma * at::where(x.gt(0), x, alpha * (at::exp(x) - 1));
+      },
+      "gamma * (x if x > 0 else alpha * (e ** x - 1)) (alpha 1.6733, gamma 1.0507)",
+      {spec_float("alpha"), spec_float("gamma")});
+  add_unary(
+      reg, "Celu",
+      [](const Node& n, const at::Tensor& x) { return at::celu(x, static_cast<double>(n.attr_float("alpha", 1.0f))); },
+      "max(0, x) + min(0, alpha * (e ** (x / alpha) - 1)) (alpha 1)", {spec_float("alpha")});
+  add_unary(
+      reg, "ThresholdedRelu",
+      [](const Node& n, const at::Tensor& x) {
+        return at::where(x.gt(static_cast<double>(n.attr_float("alpha", 1.0f))), x, at::zeros_like(x));
+      },
+      "x if x > alpha else 0 (alpha 1)", {spec_float("alpha")});
+  add_unary(
+      reg, "Shrink",
+      [](const Node& n, const at::Tensor& x) {
+        const double lambd = n.attr_float("lambd", 0.5f), bias = n.attr_float("bias", 0.0f);
+        at::Tensor y = at::where(x.lt(-lambd), x + bias, at::where(x.gt(lambd), x - bias, at::zeros_like(x)));
+        return y.to(x.scalar_type());  // integer inputs stay integers
+      },
+      "x + bias if x < -lambd, x - bias if x > lambd, else 0 (lambd 0.5, bias 0)",
+      {spec_float("bias"), spec_float("lambd")});
+}
+
 }  // namespace
 
 void register_elementwise_ops(OpRegistry& reg) {
+  register_math_ops(reg);
   register_arithmetic_ops(reg);
   register_comparison_ops(reg);
   register_variadic_ops(reg);

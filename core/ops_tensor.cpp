@@ -452,7 +452,28 @@ OpDef arg_extreme_op(const std::string& name) {
 
 }  // namespace
 
+// Trilu: the upper (default) or lower triangle of the last two dims, k diagonals above (k > 0) or
+// below the main one, the rest zero (causal attention masks).
+OpDef trilu_op() {
+  OpDef d = ops::op_def("Trilu", 1, 2, "upper (upper=1, default) or lower triangle of the last two dims from diagonal k (input 1, default 0)");
+  d.attrs = {spec_int("upper")};
+  d.forward = [](const Node& n, const Tensors& in, const RunContext&) -> Tensors {
+    const at::Tensor& x = in.at(0);
+    PARE_CHECK(x.dim() >= 2, n.describe(), ": Trilu needs at least 2 dims, got ", x.sizes());
+    int64_t k = 0;
+    if (has_input(in, 1)) {
+      PARE_CHECK(in[1].numel() == 1 && !at::isFloatingType(in[1].scalar_type()), n.describe(),
+                 ": k must be one integer, got ", in[1].scalar_type(), " ", in[1].sizes());
+      k = in[1].item<int64_t>();
+    }
+    return {n.attr_int("upper", 1) != 0 ? at::triu(x, k) : at::tril(x, k)};
+  };
+  d.flops = flops_per_output(0);
+  return d;
+}
+
 void register_tensor_ops(OpRegistry& reg) {
+  reg.add(trilu_op());
   reg.add(shape_op());
   reg.add(size_op());
   reg.add(gather_op());

@@ -380,6 +380,8 @@ void attach_prune_facets(core::OpDef& op) {
   static const std::set<std::string> blocking = {
       "Gather", "GatherElements", "Slice", "Constant", "ConstantOfShape", "Expand", "Split", "Range", "Tile", "Pad",
       "AllReduce", "AllGather",
+      // Trilu zeroes by position in the last two dims; the losses reduce over classes and rows.
+      "Trilu", "NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss",
       // core/ops_quant.cpp
       "QuantizeLinear", "DequantizeLinear", "MatMulNBits", "FakeQuantize", "DynamicQuantizeLinear", "MatMulInteger"};
 

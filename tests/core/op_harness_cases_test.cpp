@@ -109,6 +109,17 @@ void add_elementwise_cases(std::vector<OpCase>& v) {
       {"HardSigmoid", randn({2, 3, 4}, 3), {{"alpha", 0.3f}, {"beta", 0.4f}}, 1e-6},
       {"HardSwish", randn({2, 3, 4}, 4), {}, 1e-6},
       {"Softplus", randn({2, 3, 4}, 4), {}, 1e-5},
+      {"Tan", uni({2, 3, 4}, -1.2, 1.2), {}, 1e-5},
+      {"Asin", uni({2, 3, 4}, -0.9, 0.9), {}, 1e-6},
+      {"Acos", uni({2, 3, 4}, -0.9, 0.9), {}, 1e-6},
+      {"Atan", randn({2, 3, 4}, 3), {}, 1e-6},
+      {"Sinh", randn({2, 3, 4}, 2), {}, 1e-5},
+      {"Cosh", randn({2, 3, 4}, 2), {}, 1e-5},
+      {"Asinh", randn({2, 3, 4}, 3), {}, 1e-6},
+      {"Acosh", uni({2, 3, 4}, 1.1, 5), {}, 1e-6},
+      {"Atanh", uni({2, 3, 4}, -0.9, 0.9), {}, 1e-6},
+      {"Selu", signed_uni({2, 3, 4}, 0.1, 3), {}, 1e-6},
+      {"Celu", signed_uni({2, 3, 4}, 0.1, 3), {{"alpha", 0.8f}}, 1e-6},
   };
   for (const auto& u : unary) v.push_back(OpCase(u.op, "Float", {u.x}).attrs(u.attrs).tol(u.atol).grad({0}));
   // Exact halves and zeros, where these steps are not differentiable: forward only.
@@ -119,6 +130,25 @@ void add_elementwise_cases(std::vector<OpCase>& v) {
   v.push_back(OpCase("Neg", "Int32", {ints({3, 4}, -9, 9, at::kInt)}));
   v.push_back(OpCase("Relu", "Scalar", {randn({})}));
   v.push_back(OpCase("Not", "Bool", {bools({2, 5})}));
+  // Steps at +-alpha / +-lambd: forward only.
+  v.push_back(OpCase("ThresholdedRelu", "Alpha", {randn({3, 4}, 2)}).attrs({{"alpha", 0.5f}}).tol(0));
+  v.push_back(OpCase("Shrink", "LambdBias", {randn({3, 4}, 2)}).attrs({{"lambd", 0.7f}, {"bias", 0.2f}}).tol(1e-6));
+  v.push_back(OpCase("Trilu", "UpperK", {randn({2, 4, 5}), i64s(1)}).tol(0).grad({0}));
+  v.push_back(OpCase("Trilu", "LowerDefaultK", {randn({3, 3})}).attrs({{"upper", int64_t{0}}}).tol(0).grad({0}));
+  v.push_back(OpCase("NegativeLogLikelihoodLoss", "MeanWeightedIgnore",
+                     {at::log_softmax(randn({4, 5}), 1), i64({0, 3, 1, 4}), uni({5}, 0.5, 2)})
+                  .attrs({{"ignore_index", int64_t{1}}})
+                  .tol(1e-6)
+                  .grad({0}));
+  v.push_back(OpCase("NegativeLogLikelihoodLoss", "NCdNone",
+                     {at::log_softmax(randn({2, 3, 4}), 1), ints({2, 4}, 0, 3, at::kLong)})
+                  .attrs({{"reduction", std::string("none")}})
+                  .tol(1e-6)
+                  .grad({0}));
+  v.push_back(OpCase("SoftmaxCrossEntropyLoss", "Sum", {randn({3, 4}, 2), i64({1, 0, 3})})
+                  .attrs({{"reduction", std::string("sum")}})
+                  .tol(1e-5)
+                  .grad({0}));
 
   // Cast (`to` is an ONNX data type number: FLOAT 1, UINT8 2, INT8 3, INT32 6, INT64 7, BOOL 9,
   // DOUBLE 11).

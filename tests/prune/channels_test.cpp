@@ -199,15 +199,20 @@ NUMERIC_CASE(AnOpWithTraitsOnlyIsHandled) {
 NUMERIC_CASE(UnaryElementwiseOps) {
   for (const char* op : {"Relu", "Sigmoid", "Tanh", "Abs", "Neg", "Exp", "Erf", "Sin", "Cos", "Floor", "Ceil",
                          "Round", "Sign", "LeakyRelu", "Elu", "HardSigmoid", "HardSwish", "Softplus", "Identity",
-                         "Clip", "Dropout"}) {
+                         "Clip", "Dropout", "Tan", "Atan", "Sinh", "Cosh", "Asinh", "Selu", "Celu",
+                         "ThresholdedRelu", "Shrink"}) {
     SCOPED_TRACE(op);
     expect_body([op](Tiny& t, const std::string& a) { return t.node(op, {a}, "op"); });
   }
-  for (const char* op : {"Log", "Sqrt", "Reciprocal"}) {
+  for (const char* op : {"Log", "Sqrt", "Reciprocal", "Asin", "Acos", "Atanh"}) {
     SCOPED_TRACE(op);
     // Through a Sigmoid first, so they see (0, 1).
     expect_body([op](Tiny& t, const std::string& a) { return t.node(op, {t.node("Sigmoid", {a}, "s")}, "op"); });
   }
+  SCOPED_TRACE("Acosh");  // on exp(|x|) >= 1
+  expect_body([](Tiny& t, const std::string& a) {
+    return t.node("Acosh", {t.node("Exp", {t.node("Abs", {a}, "abs")}, "exp")}, "op");
+  });
   SCOPED_TRACE("Cast");
   expect_body([](Tiny& t, const std::string& a) { return t.node("Cast", {a}, "op", {{"to", int64_t{1}}}); });
 }
