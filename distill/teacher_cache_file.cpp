@@ -23,6 +23,8 @@ std::string teacher_cache_shard(const std::string& dir, int rank, const char* wh
 
 namespace {
 
+constexpr int64_t kMaxClasses = int64_t{1} << 24;
+
 // A shard's tensor: `what` of rank `rank`, of `dim` dims and `rows` rows, integer or floating.
 at::Tensor read_shard(const std::string& dir, int rank, const char* what, int64_t dim, int64_t rows, bool integer) {
   const std::string path = teacher_cache_shard(dir, rank, what);
@@ -54,8 +56,10 @@ TeacherCacheFile TeacherCacheFile::read(const std::string& dir) {
     PARE_CHECK(c.kind == "top-k" || c.kind == "sampled", "unknown kind '", c.kind, "' (top-k or sampled)");
     c.samples = json_int_at<int64_t>(j, "samples");
     c.classes = json_int_at<int64_t>(j, "classes");
-    PARE_CHECK(c.samples >= 1 && c.classes >= 1 && c.classes <= INT32_MAX, "samples (", c.samples, ") and classes (",
-               c.classes, ") must be at least 1");
+    // Reading a batch builds dense [batch, classes] targets: a class count beyond any vocabulary is
+    // refused here rather than as an allocation failure in the middle of a run.
+    PARE_CHECK(c.samples >= 1 && c.classes >= 1 && c.classes <= kMaxClasses, "samples (", c.samples,
+               ") must be at least 1 and classes (", c.classes, ") in [1, ", kMaxClasses, "]");
     c.temperature = j.at("temperature").get<double>();
     PARE_CHECK(c.temperature > 0 && std::isfinite(c.temperature), "temperature must be > 0, got ", c.temperature);
     c.checksum = j.at("checksum").get<std::string>();

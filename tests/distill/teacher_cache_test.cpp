@@ -138,6 +138,8 @@ TEST(TeacherCache, RefusesShardsThatDoNotFitTheIndex) {
   };
   edit("\"samples\": 6", "\"samples\": 0");
   refused({"index.json", "at least 1"});
+  edit("\"classes\": 10", "\"classes\": 2000000000");  // 8 GB of targets a row: refused before use
+  refused({"index.json", "classes (2000000000) in [1, 16777216]"});
   edit("\"samples\": 6", "\"samples\": 5.1e58");  // found by teacher_cache_fuzz: UB in the conversion before
   refused({"index.json", "'samples' must be an integer"});
   edit("\"shards\"", "\"shard\"");
