@@ -80,6 +80,40 @@ std::optional<ValueInfo> to_value_info(const reader::ValueInfo& v, const std::st
   return vi;
 }
 
+// The rank of value `name` where the model declares it (graph input or output, value_info), or -1.
+int64_t declared_rank(const Graph& g, const std::string& name) {
+  for (const auto* list : {&g.inputs, &g.outputs, &g.value_info})
+    for (const auto& v : *list)
+      if (v.name == name && v.has_shape) return static_cast<int64_t>(v.shape.size());
+  return -1;
+}
+
+// Before opset 13, Softmax, LogSoftmax and Hardmax flatten their input to 2-D at `axis` (default
+// 1) and normalise each row; from 13 on they work along one axis, as pare's forwards do. Where
+// the two differ (the axis is not the last dim, or the rank is unknown), an old node is imported
+// as Flatten -> op over the rows -> Reshape back to the input's shape, the same function in ops
+// of every opset.
+bool add_coerced_softmax(Graph& g, const reader::Node& n, std::map<std::string, AttrValue>& attrs) {
+  static const std::set<std::string> coerced = {"Softmax", "LogSoftmax", "Hardmax"};
+  if (g.opset >= 13 || !n.domain.empty() || !coerced.count(n.op_type) || n.inputs.size() != 1 || n.outputs.size() != 1)
+    return false;
+  const int64_t axis = attrs.count("axis") && std::holds_alternative<int64_t>(attrs.at("axis"))
+                           ? std::get<int64_t>(attrs.at("axis"))
+                           : 1;
+  int64_t rank = declared_rank(g, n.inputs[0]);
+  if (rank < 0) rank = declared_rank(g, n.outputs[0]);
+  if (axis == -1 || (rank >= 0 && axis == rank - 1)) return false;
+  const std::string base = n.name.empty() ? n.outputs[0] : n.name;
+  const std::string shape = g.unique_name(base + "/shape"), rows = g.unique_name(base + "/rows"),
+                    out = g.unique_name(base + "/rows_out");
+  g.add_node("Shape", {n.inputs[0]}, {shape}, {}, base + "/shape");
+  g.add_node("Flatten", {n.inputs[0]}, {rows}, {{"axis", axis}}, base + "/flatten");
+  attrs["axis"] = int64_t{1};
+  g.add_node(n.op_type, {rows}, {out}, std::move(attrs), n.name);
+  g.add_node("Reshape", {out, shape}, {n.outputs[0]}, {}, base + "/reshape");
+  return true;
+}
+
 Graph graph_from_model(const reader::Model& m) {
   Graph g;
   g.name = m.graph_name.empty() ? g.name : m.graph_name;
@@ -94,6 +128,7 @@ Graph graph_from_model(const reader::Model& m) {
   for (const auto& n : m.nodes) {
     std::map<std::string, AttrValue> attrs;
     for (const auto& [k, v] : n.attrs) attrs.emplace(k, to_attr(v));
+    if (add_coerced_softmax(g, n, attrs)) continue;
     Node& node = g.add_node(n.op_type, n.inputs, n.outputs, std::move(attrs), n.name);
     node.domain = n.domain;
   }

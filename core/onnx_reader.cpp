@@ -335,6 +335,30 @@ ValueInfo value_info_from_proto(const onnx::ValueInfoProto& vp, const std::strin
   return vi;
 }
 
+// Opsets 1 to kMinOpset - 1 are read for models whose default-domain ops all mean at that opset
+// what they mean in pare: ops whose later versions only dropped the legacy `consumed_inputs`
+// attribute or added types and attributes with defaults that keep the old behaviour. (A legacy
+// attribute on a node is refused later, by Graph::verify, as an attribute the op does not declare.)
+// Ops whose old versions differ (broadcast attributes, Reshape's shape attribute, Cast's string
+// type, Softmax's 2-D coercion, ...) are refused, naming the first such node.
+void check_old_opset(const Model& r) {
+  if (r.opset >= kMinOpset) return;
+  static const std::set<std::string> unchanged = {
+      "Abs", "ArgMax", "ArgMin", "AveragePool", "Ceil", "Conv", "ConvTranspose", "DepthToSpace", "Elu", "Exp",
+      "Flatten", "Floor", "Gather", "GlobalAveragePool", "GlobalMaxPool", "HardSigmoid", "Identity", "LRN",
+      "LeakyRelu", "Log", "MatMul", "MaxPool", "Neg", "Not", "Reciprocal", "ReduceL1", "ReduceL2", "ReduceLogSum",
+      "ReduceLogSumExp", "ReduceMax", "ReduceMean", "ReduceMin", "ReduceProd", "ReduceSum", "ReduceSumSquare",
+      "Relu", "Selu", "Shape", "Sigmoid", "Size", "Softplus", "Softsign", "SpaceToDepth", "Sqrt", "Squeeze", "Tanh",
+      "Transpose", "Unsqueeze"};
+  for (const auto& n : r.nodes) {
+    if (!n.domain.empty() || unchanged.count(n.op_type)) continue;
+    throw InputError("the model imports opset " + std::to_string(r.opset) +
+                     " of the default ONNX domain; pare implements opsets " + std::to_string(kMinOpset) + " to " +
+                     std::to_string(kMaxOpset) + ", and older ones only for ops unchanged since (" + n.op_type +
+                     " is not: node " + n.label() + ")");
+  }
+}
+
 Model model_from_proto(const onnx::ModelProto& m, const std::string& model_dir) {
   PARE_CHECK(m.has_graph(), "not an ONNX model: it has no graph");
   const onnx::GraphProto& gp = m.graph();
@@ -361,7 +385,8 @@ Model model_from_proto(const onnx::ModelProto& m, const std::string& model_dir) 
     }
     r.opsets[domain] = op.version();
     if (domain.empty()) {
-      PARE_CHECK(op.version() >= kMinOpset && op.version() <= kMaxOpset, "the model imports opset ", op.version(),
+      PARE_CHECK((op.version() >= 1 && op.version() < kMinOpset) || (op.version() >= kMinOpset && op.version() <= kMaxOpset),
+                 "the model imports opset ", op.version(),
                  " of the default ONNX domain; pare implements opsets ", kMinOpset, " to ", kMaxOpset,
                  op.version() > kMaxOpset ? " (re-export it with an older opset, e.g. torch.onnx.export(..., "
                                             "opset_version=17))"
@@ -409,6 +434,7 @@ Model model_from_proto(const onnx::ModelProto& m, const std::string& model_dir) 
     }
     r.nodes.push_back(std::move(n));
   }
+  check_old_opset(r);
   return r;
 }
 

@@ -1,4 +1,5 @@
 #include "core/op_registry.h"
+#include "core/ops_util.h"
 
 #include <mutex>
 
@@ -59,6 +60,9 @@ void register_core_ops(OpRegistry& reg) {
   register_tensor_ops(reg);
   register_quant_ops(reg);
   register_loss_ops(reg);
+  register_index_ops(reg);
+  register_resize_ops(reg);
+  register_rnn_ops(reg);
 }
 
 std::vector<int64_t> to_int_vector(const at::Tensor& t) {

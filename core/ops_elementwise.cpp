@@ -112,6 +112,77 @@ OpDef cast_op() {
   return d;
 }
 
+// CastLike: Cast to the element type of input 1.
+OpDef cast_like_op() {
+  OpDef d = ops::op_def("CastLike", 2, 2, "converts input 0 to the element type of input 1");
+  d.attrs = {spec_int("saturate")};
+  d.forward = [](const Node&, const Tensors& in, const RunContext&) -> Tensors {
+    const at::Tensor& x = in.at(0);
+    const at::ScalarType type = in.at(1).scalar_type();
+    return {x.scalar_type() == type ? x : x.to(type)};
+  };
+  d.flops = flops_per_output(0);
+  return d;
+}
+
+// IsNaN and IsInf: bool masks (no traits: a bool output ends what channel pruning follows).
+OpDef is_nan_op() {
+  OpDef d = ops::op_def("IsNaN", 1, 1, "true where x is NaN");
+  d.forward = [](const Node&, const Tensors& in, const RunContext&) -> Tensors { return {at::isnan(in.at(0))}; };
+  d.flops = flops_per_output(1);
+  return d;
+}
+
+OpDef is_inf_op() {
+  OpDef d = ops::op_def("IsInf", 1, 1,
+                        "true where x is +inf (detect_positive, default 1) or -inf (detect_negative, default 1)");
+  d.attrs = {spec_int("detect_negative"), spec_int("detect_positive")};
+  d.forward = [](const Node& n, const Tensors& in, const RunContext&) -> Tensors {
+    const at::Tensor& x = in.at(0);
+    const bool neg = n.attr_int("detect_negative", 1) != 0, pos = n.attr_int("detect_positive", 1) != 0;
+    if (neg && pos) return {at::isinf(x)};
+    if (pos) return {at::isposinf(x)};
+    if (neg) return {at::isneginf(x)};
+    return {at::zeros(x.sizes(), x.options().dtype(at::kBool))};
+  };
+  d.flops = flops_per_output(1);
+  return d;
+}
+
+// Hardmax: 1 at the first maximum along `axis` (opset 13: default -1), 0 elsewhere.
+OpDef hardmax_op() {
+  OpDef d = ops::op_def("Hardmax", 1, 1, "1 at the first maximum along `axis` (opset 13: default -1), 0 elsewhere");
+  d.attrs = {spec_int("axis")};
+  d.forward = [](const Node& n, const Tensors& in, const RunContext&) -> Tensors {
+    const at::Tensor& x = in.at(0);
+    if (x.dim() == 0) return {at::ones_like(x)};
+    const int64_t axis = ops::normalize_axis(n.attr_int("axis", -1), x.dim(), n);
+    at::Tensor arg = at::argmax(x, axis, /*keepdim=*/true);  // the first maximum on ties
+    return {at::zeros_like(x).scatter(axis, arg, 1)};
+  };
+  d.flops = flops_per_output(1);
+  return d;
+}
+
+// BitShift: a << b or a >> b on unsigned integers (direction LEFT or RIGHT).
+OpDef bit_shift_op() {
+  OpDef d = ops::op_def("BitShift", 2, 2, "x << y (direction LEFT) or x >> y (RIGHT), unsigned integers, numpy broadcasting");
+  d.attrs = {{"direction", AttrKind::kString, true}};
+  d.forward = [](const Node& n, const Tensors& in, const RunContext&) -> Tensors {
+    const std::string dir = n.attr_string("direction", "");
+    PARE_CHECK(dir == "LEFT" || dir == "RIGHT", n.describe(), ": direction must be LEFT or RIGHT, got '", dir, "'");
+    PARE_CHECK(in.at(0).scalar_type() == at::kByte && in.at(1).scalar_type() == at::kByte, n.describe(),
+               ": BitShift needs unsigned integers (pare has uint8), got ", in[0].scalar_type(), " and ",
+               in[1].scalar_type());
+    // Shifts of 8 or more give 0, as for a C++ uint8_t promoted to int and truncated back.
+    at::Tensor y = dir == "LEFT" ? at::bitwise_left_shift(in[0].to(at::kInt), in[1].to(at::kInt))
+                                 : at::bitwise_right_shift(in[0].to(at::kInt), in[1].to(at::kInt));
+    return {at::bitwise_and(y, 255).to(at::kByte)};
+  };
+  d.flops = flops_per_output(1);
+  return d;
+}
+
 // Clip: min and max are optional inputs since opset 11; attributes in older models.
 OpDef clip_op() {
   OpDef d = ops::op_def("Clip", 1, 3, "clamps x to [min, max] (optional inputs; attributes before opset 11)");
@@ -163,6 +234,10 @@ void register_arithmetic_ops(OpRegistry& reg) {
              [](const at::Tensor& a, const at::Tensor& b) { return keep_type(at::pow(a, b), a); },
              "a ** b (numpy broadcasting; result has the type of a)");
   reg.add(mod_op());
+  // PRelu's slope is a learned weight, broadcast to x (per channel: [C, 1, 1]).
+  add_binary(reg, "PRelu",
+             [](const at::Tensor& x, const at::Tensor& slope) { return at::where(x.lt(0), x * slope, x); },
+             "x if x >= 0 else slope * x (slope broadcast to x)", {1});
 }
 
 // Comparisons and logic: bool outputs.
@@ -255,8 +330,15 @@ void register_unary_ops(OpRegistry& reg) {
             "x * max(0, min(1, x / 6 + 0.5))");
   add_unary(reg, "Softplus", [](const Node&, const at::Tensor& x) { return at::softplus(x); },
             "ln(1 + e ** x)");
+  add_unary(reg, "Softsign", [](const Node&, const at::Tensor& x) { return x / (at::abs(x) + 1); },
+            "x / (1 + |x|)", {}, 3);
   reg.add(cast_op());
+  reg.add(cast_like_op());
   reg.add(clip_op());
+  reg.add(is_nan_op());
+  reg.add(is_inf_op());
+  reg.add(hardmax_op());
+  reg.add(bit_shift_op());
 }
 
 // Trigonometric and hyperbolic functions, and the activations of ONNX that need their parameters.

@@ -1,9 +1,12 @@
-// Core ops, nn family: Conv/ConvTranspose, Gemm/MatMul, BatchNormalization, LayerNormalization,
-// pooling, Flatten, Dropout and the Reduce* ops. ONNX pads are [x1_begin, x2_begin, ..., x1_end,
-// x2_end, ...]; where libtorch cannot express them (asymmetric, or wider than half the kernel)
-// the input is padded explicitly first.
+// Core ops, nn family: Conv/ConvTranspose, Gemm/MatMul/Einsum/Det, the normalizations (Batch,
+// Layer, Instance, MeanVariance, LRN), pooling, Flatten, Dropout and the Reduce* ops. ONNX pads
+// are [x1_begin, x2_begin, ..., x1_end, x2_end, ...]; where libtorch cannot express them
+// (asymmetric, or wider than half the kernel) the input is padded explicitly first.
+#include <cctype>
 #include <cmath>
 #include <limits>
+#include <map>
+#include <sstream>
 #include <tuple>
 
 #include "core/op_registry.h"
@@ -295,6 +298,65 @@ Tensors layer_norm_forward(const Node& n, const Tensors& in, const RunContext&) 
   return fit_outputs(n, {y, mean, inv_std});
 }
 
+// The size of Einsum's iteration space: every letter's size, times the largest block of dims an
+// ellipsis stands for in any input.
+int64_t einsum_points(const std::string& equation, const Sizes& in) {
+  std::string eq;
+  for (char c : equation.substr(0, equation.find("->"))) if (c != ' ') eq += c;
+  std::map<char, int64_t> letter;
+  int64_t ellipsis = 1;
+  std::stringstream terms(eq);
+  std::string term;
+  for (size_t t = 0; t < in.size() && std::getline(terms, term, ','); ++t) {
+    const auto& dims = in[t];
+    const size_t dots = term.find("...");
+    std::string before, after;  // the letters of the leading and of the trailing dims
+    for (size_t i = 0; i < term.size(); ++i)
+      if (std::isalpha(static_cast<unsigned char>(term[i]))) (dots != std::string::npos && i > dots ? after : before) += term[i];
+    if (before.size() + after.size() > dims.size()) continue;  // the forward refuses it
+    for (size_t j = 0; j < before.size(); ++j) letter[before[j]] = std::max(letter[before[j]], dims[j]);
+    const size_t tail = dims.size() - after.size();
+    for (size_t j = 0; j < after.size(); ++j) letter[after[j]] = std::max(letter[after[j]], dims[tail + j]);
+    int64_t block = 1;
+    for (size_t j = before.size(); j < tail; ++j) block *= dims[j];
+    ellipsis = std::max(ellipsis, block);
+  }
+  int64_t points = ellipsis;
+  for (const auto& [c, size] : letter) points *= size;
+  return points;
+}
+
+// Einsum: libtorch's einsum, which takes ONNX's equations (implicit output and ellipsis included).
+OpDef einsum_op() {
+  OpDef d = ops::op_def("Einsum", 1, -1, "Einstein summation of the inputs by `equation` (\"bij,bjk->bik\")");
+  d.attrs = {{"equation", AttrKind::kString, true}};
+  d.forward = [](const Node& n, const Tensors& in, const RunContext&) -> Tensors {
+    std::string eq;
+    for (char c : n.attr_string("equation", "")) if (c != ' ') eq += c;
+    return {at::einsum(eq, in)};
+  };
+  d.flops = [](const Node& n, const Sizes& in, const Sizes&) -> int64_t {
+    return 2 * einsum_points(n.attr_string("equation", ""), in);  // a multiply-add per point
+  };
+  return d;
+}
+
+OpDef det_op() {
+  OpDef d = ops::op_def("Det", 1, 1, "determinant of the square matrices in the last two dims");
+  d.forward = [](const Node& n, const Tensors& in, const RunContext&) -> Tensors {
+    const at::Tensor& x = in.at(0);
+    PARE_CHECK(x.dim() >= 2 && x.size(-1) == x.size(-2) && x.is_floating_point(), n.describe(),
+               ": Det needs floating-point [..., M, M], got ", x.scalar_type(), " ", x.sizes());
+    return {at::linalg_det(x)};
+  };
+  d.flops = [](const Node&, const Sizes& in, const Sizes&) -> int64_t {
+    if (in.empty() || in[0].size() < 2) return 0;
+    const int64_t m = in[0].back();
+    return numel(in[0]) / m * m * 2 / 3;  // LU: 2/3 m^3 per matrix
+  };
+  return d;
+}
+
 OpDef layer_normalization_op() {
   OpDef d = ops::op_def("LayerNormalization", 2, 3,
                         "normalizes over dims [axis, rank) then scales and shifts (opset 17); optional Mean "
@@ -304,6 +366,73 @@ OpDef layer_normalization_op() {
   d.forward = layer_norm_forward;
   d.flops = flops_per_input(5);  // mean, centre, variance, normalise, affine
   d.weight_inputs = {1, 2};
+  return d;
+}
+
+// InstanceNormalization: per sample and channel over the spatial dims, then scale and B per channel.
+OpDef instance_normalization_op() {
+  OpDef d = ops::op_def("InstanceNormalization", 3, 3,
+                        "normalizes each [n, c] over the spatial dims (biased variance + epsilon), then "
+                        "scale[c] * x + B[c]");
+  d.attrs = {spec_float("epsilon")};
+  d.forward = [](const Node& n, const Tensors& in, const RunContext&) -> Tensors {
+    const at::Tensor &x = in.at(0), &scale = in.at(1), &bias = in.at(2);
+    PARE_CHECK(x.dim() >= 3 && scale.dim() == 1 && bias.dim() == 1 && scale.size(0) == x.size(1) &&
+                   bias.size(0) == x.size(1),
+               n.describe(), ": needs x [N, C, d...] with scale and B [C], got ", x.sizes(), ", ", scale.sizes(),
+               ", ", bias.sizes());
+    std::vector<int64_t> dims, shape(x.dim(), 1);
+    for (int64_t i = 2; i < x.dim(); ++i) dims.push_back(i);
+    shape[1] = x.size(1);
+    at::Tensor mean = x.mean(dims, true);
+    at::Tensor var = (x - mean).pow(2).mean(dims, true);
+    const double eps = n.attr_float("epsilon", 1e-5f);
+    return {(x - mean) / at::sqrt(var + eps) * scale.reshape(shape) + bias.reshape(shape)};
+  };
+  d.flops = flops_per_input(5);
+  d.weight_inputs = {1, 2};
+  return d;
+}
+
+// MeanVarianceNormalization, as ONNX's function body computes it: (x - E[x]) / (sqrt(E[x^2] -
+// E[x]^2) + 1e-9) over `axes` (default [0, 2, 3]).
+OpDef mean_variance_normalization_op() {
+  OpDef d = ops::op_def("MeanVarianceNormalization", 1, 1,
+                        "(x - mean) / (std + 1e-9) over `axes` (default [0, 2, 3])");
+  d.attrs = {spec_ints("axes")};
+  d.forward = [](const Node& n, const Tensors& in, const RunContext&) -> Tensors {
+    const at::Tensor& x = in.at(0);
+    std::vector<int64_t> axes = n.attr_ints("axes", {0, 2, 3});
+    for (auto& a : axes) a = ops::normalize_axis(a, x.dim(), n, "axes");
+    at::Tensor mean = x.mean(axes, true);
+    at::Tensor var = (x * x).mean(axes, true) - mean * mean;
+    return {(x - mean) / (at::sqrt(var) + 1e-9)};
+  };
+  d.flops = flops_per_input(6);
+  return d;
+}
+
+// LRN: x / (bias + alpha / size * sum of x^2 over `size` neighbouring channels) ** beta.
+OpDef lrn_op() {
+  OpDef d = ops::op_def("LRN", 1, 1,
+                        "local response normalization across `size` channels (alpha 1e-4, beta 0.75, bias 1)");
+  d.attrs = {spec_float("alpha"), spec_float("beta"), spec_float("bias"), {"size", AttrKind::kInt, true}};
+  d.forward = [](const Node& n, const Tensors& in, const RunContext&) -> Tensors {
+    const at::Tensor& x = in.at(0);
+    const int64_t size = n.attr_int("size", 0);
+    PARE_CHECK(x.dim() >= 3 && size >= 1, n.describe(), ": LRN needs [N, C, d...] and size >= 1, got ", x.sizes(),
+               " and ", size);
+    const double alpha = n.attr_float("alpha", 1e-4f), beta = n.attr_float("beta", 0.75f),
+                 bias = n.attr_float("bias", 1.0f);
+    // Channels last, padded by floor((size-1)/2) before and ceil((size-1)/2) after, summed in windows.
+    at::Tensor sq = (x * x).transpose(1, -1);
+    sq = at::constant_pad_nd(sq, {(size - 1) / 2, size / 2});
+    at::Tensor sum = sq.unfold(-1, size, 1).sum(-1).transpose(1, -1);
+    return {x / at::pow(bias + alpha / size * sum, beta)};
+  };
+  d.flops = [](const Node& n, const Sizes& in, const Sizes&) -> int64_t {
+    return in.empty() ? 0 : (n.attr_int("size", 1) + 4) * numel(in[0]);
+  };
   return d;
 }
 
@@ -337,8 +466,16 @@ std::vector<int64_t> pool_kernel(const Node& n, const at::Tensor& x) {
   return k;
 }
 
-Tensors max_pool_forward(const Node& n, const Tensors& in, const RunContext&) {
+Tensors max_pool_forward(const Node& n, const Tensors& in, const RunContext& ctx) {
   const at::Tensor& x = in.at(0);
+  if (!x.is_floating_point() && x.scalar_type() != at::kBool) {
+    // libtorch pools floating point only: integers go through a float type that holds them exactly.
+    Tensors cast = in;
+    cast[0] = x.to(x.element_size() <= 2 ? at::kFloat : at::kDouble);
+    Tensors out = max_pool_forward(n, cast, ctx);
+    out[0] = out[0].to(x.scalar_type());
+    return out;
+  }
   const auto kernel = pool_kernel(n, x);
   const ops::Window w = ops::resolve_window(n, spatial_sizes(x), kernel);
   const bool ceil_mode = n.attr_int("ceil_mode", 0) != 0;
@@ -570,6 +707,11 @@ void register_reduce_ops(OpRegistry& reg) {
                       return at::sqrt(reduce_sum(x * x, d, k));
                     },
                     "Euclidean norm over `axes` (all when empty)"));
+  reg.add(reduce_op("ReduceLogSum",
+                    [](const at::Tensor& x, const std::vector<int64_t>& d, bool k) {
+                      return at::log(reduce_sum(x, d, k));
+                    },
+                    "log(sum(x)) over `axes` (all when empty)"));
   reg.add(reduce_op("ReduceLogSumExp",
                     [](const at::Tensor& x, const std::vector<int64_t>& d, bool k) {
                       return at::logsumexp(x, d, k);
@@ -586,6 +728,11 @@ void register_nn_ops(OpRegistry& reg) {
   reg.add(matmul_op());
   reg.add(batch_normalization_op());
   reg.add(layer_normalization_op());
+  reg.add(instance_normalization_op());
+  reg.add(mean_variance_normalization_op());
+  reg.add(lrn_op());
+  reg.add(einsum_op());
+  reg.add(det_op());
   reg.add(max_pool_op());
   reg.add(average_pool_op());
   reg.add(global_pool_op("GlobalAveragePool",

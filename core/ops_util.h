@@ -13,6 +13,17 @@
 #include "core/graph.h"
 #include "core/op_registry.h"
 
+namespace pare::core {
+
+// Op families added after op_registry.h declared the first five (they are private to core/ops_*.cpp
+// and op_registry.cpp, which calls them; declaring them here spares every user of op_registry.h a
+// rebuild).
+void register_index_ops(OpRegistry& reg);   // core/ops_index.cpp
+void register_resize_ops(OpRegistry& reg);  // core/ops_resize.cpp
+void register_rnn_ops(OpRegistry& reg);     // core/ops_rnn.cpp
+
+}  // namespace pare::core
+
 namespace pare::core::ops {
 
 inline AttrSpec spec_int(std::string n) { return {std::move(n), AttrKind::kInt, false}; }
@@ -77,6 +88,15 @@ inline FlopsFn flops_per_input(int64_t k = 1) {
              const std::vector<std::vector<int64_t>>&) -> int64_t {
     return in.empty() ? 0 : k * numel(in[0]);
   };
+}
+
+/// For each (time step, batch entry) of sequences of `steps` steps with lengths `lens` [batch]
+/// (int64): the step to read so that each sequence's first lens[b] steps come reversed and the rest
+/// stay ([steps, batch], on lens' device; ReverseSequence and the reverse direction of LSTM/GRU/RNN).
+inline at::Tensor reversed_steps(int64_t steps, const at::Tensor& lens) {
+  at::Tensor t = at::arange(steps, lens.options()).unsqueeze(1);
+  at::Tensor l = lens.unsqueeze(0);
+  return at::where(t.lt(l), l - 1 - t, t);
 }
 
 /// Unpacks 4-bit values stored two per byte, low nibble first: [..., n] uint8 -> [..., 2n] float

@@ -382,6 +382,17 @@ void attach_prune_facets(core::OpDef& op) {
       "AllReduce", "AllGather",
       // Trilu zeroes by position in the last two dims; the losses reduce over classes and rows.
       "Trilu", "NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss",
+      // Picking and placing by index, and generators (core/ops_index.cpp); bool masks; CastLike and
+      // BitShift, which are not declared elementwise; GridSample, which samples where its grid says.
+      "CumSum", "TopK", "Scatter", "ScatterElements", "ScatterND", "GatherND", "OneHot", "NonZero", "Compress",
+      "EyeLike", "ReverseSequence", "DepthToSpace", "SpaceToDepth", "Hardmax", "IsNaN", "IsInf", "CastLike",
+      "BitShift", "MaxUnpool", "NonMaxSuppression", "Unique", "HannWindow", "HammingWindow", "BlackmanWindow",
+      "GridSample",
+      // Normalizations that mix channels (LRN) or that nobody prunes through yet; Einsum and Det
+      // contract dims an equation names; Resize may scale any dim, channels included.
+      "InstanceNormalization", "MeanVarianceNormalization", "LRN", "Einsum", "Det", "Resize", "Upsample",
+      // Recurrent cells: their hidden units are gate blocks of W, R and B, not one axis.
+      "LSTM", "GRU", "RNN",
       // core/ops_quant.cpp
       "QuantizeLinear", "DequantizeLinear", "MatMulNBits", "FakeQuantize", "DynamicQuantizeLinear", "MatMulInteger"};
 

@@ -632,6 +632,7 @@ void bypass_identities(Graph& g) {
   for (auto& n : g.nodes) {
     if (n.dead || !n.domain.empty() || (n.op != "Identity" && n.op != "Dropout")) continue;
     if (n.op == "Dropout" && n.out.size() > 1 && n.out[1] >= 0) continue;  // the mask is wanted
+    if (n.op == "Dropout" && n.in.size() > 2 && n.in[2] >= 0) continue;    // training_mode is checked
     const int src = n.in[0], dst = n.out[0];
     if (g.values[static_cast<size_t>(dst)].exposed) continue;
     for (auto& m : g.nodes)

@@ -123,6 +123,16 @@ void infer_same(InferCtx& c) {
   for (size_t k = 1; k < c.out.size(); ++k) set_out(c, k, DType::kBool, c.in[0].dims);  // Dropout's mask
 }
 
+// Dropout runs as in inference: a training_mode input (opset 12) must be known at load and false.
+void infer_dropout(InferCtx& c) {
+  if (c.in.size() > 2 && c.in[2].present) {
+    const HTensor& training = c.known(2);
+    c.check(training.numel() == 1 && training.i(0) == 0,
+            "pare_rt runs inference only: training_mode must be false (pare run --engine torch runs training Dropout)");
+  }
+  infer_same(c);
+}
+
 void ref_dropout(RefCtx& c) {
   ref_copy(c);
   if (c.out.size() > 1 && c.out[1].data) std::memset(c.out[1].data, 1, static_cast<size_t>(c.out[1].numel()));
@@ -708,7 +718,7 @@ void register_tensor_ops(OpTable& t) {
   t.add(view_op("Squeeze", 1, 2, infer_squeeze));
   t.add(view_op("Unsqueeze", 1, 2, infer_unsqueeze));
   t.add(view_op("Identity", 1, 1, infer_same));
-  OpImpl dropout = view_op("Dropout", 1, 3, infer_same);
+  OpImpl dropout = view_op("Dropout", 1, 3, infer_dropout);
   dropout.out_max = 2;
   dropout.ref = ref_dropout;
   dropout.build = [](BuildCtx& b) {

@@ -1,5 +1,6 @@
 // ONNX's backend node tests (libonnx-testdata: ONNX 1.12, the version of libonnx-dev) through
-// pare's interpreter (core::load_onnx, core::Module), compared as ONNX's backend runner compares
+// pare's interpreter (core::load_onnx, core::Module) or, with --engine rt, through the edge
+// runtime pare_rt (its own expectations file), compared as ONNX's backend runner compares
 // (onnx/backend/test/runner: the same dtype and shape, then rtol 1e-3 and atol 1e-7 with NaN equal
 // to NaN; integers and booleans exactly). Each test ends as one of
 //   pass          every output of every data set matches;
@@ -14,7 +15,7 @@
 // message, but for a listing of the same outcome whose reason starts with '[' (written by hand,
 // such as "[random] ..."), which is kept.
 //
-//   onnx_node_tests [--data DIR] [--expected FILE] [--update] [--only SUBSTRING] [-v]
+//   onnx_node_tests [--data DIR] [--engine torch|rt] [--expected FILE] [--update] [--only SUBSTRING] [-v]
 // Prints the outcome of every test that differs from its listing, the counts, and per op family
 // (the first node's op type) the counts of each outcome.
 #include <dirent.h>
@@ -25,6 +26,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <set>
 #include <sstream>
 #include <string>
@@ -35,6 +37,7 @@
 #include "core/module.h"
 #include "core/onnx_io.h"
 #include "core/onnx_reader.h"
+#include "export/rt_bridge.h"
 
 namespace {
 
@@ -94,8 +97,40 @@ std::string compare(const at::Tensor& got, const at::Tensor& want) {
   return buf;
 }
 
-// Runs one test folder (model.onnx and test_data_set_*/).
-Outcome run_test(const std::string& dir) {
+// A loaded model on one engine: the interpreter (core::Module) or the edge runtime (pare_rt).
+class Engine {
+ public:
+  Engine(const std::string& engine, const std::string& model) {
+    if (engine == "rt") {
+      rt_ = std::make_unique<pare::rt::Model>(pare::exporter::load_rt_model(model));
+      for (const auto& v : rt_->outputs()) names_.push_back(v.name);
+    } else {
+      pare::core::Graph g = pare::core::load_onnx(model);
+      for (const auto& v : g.outputs) names_.push_back(v.name);
+      module_ = std::make_unique<pare::core::Module>(std::move(g), pare::core::Module::Use::kFrozen);
+    }
+  }
+  std::vector<at::Tensor> run(std::vector<at::Tensor> inputs) {
+    if (module_) return module_->forward(inputs);
+    std::vector<pare::rt::TensorView> views;
+    for (auto& t : inputs) {
+      t = t.contiguous();
+      views.push_back(pare::exporter::rt_view(t));
+    }
+    std::vector<at::Tensor> out;
+    for (const auto& v : rt_->run(views)) out.push_back(pare::exporter::from_rt(v));
+    return out;
+  }
+  const std::string& output_name(size_t i) const { return names_.at(i); }
+
+ private:
+  std::unique_ptr<pare::core::Module> module_;
+  std::unique_ptr<pare::rt::Model> rt_;
+  std::vector<std::string> names_;
+};
+
+// Runs one test folder (model.onnx and test_data_set_*/) on `engine` ("torch" or "rt").
+Outcome run_test(const std::string& dir, const std::string& engine) {
   const std::string model = pare::join_path(dir, "model.onnx");
   Outcome o;
   try {
@@ -105,19 +140,18 @@ Outcome run_test(const std::string& dir) {
       for (const auto& v : *list)
         if (!v.is_tensor || v.elem_type == 8)
           return {"not-runnable", "'" + v.name + "' is " + (v.is_tensor ? "a string tensor" : "not a tensor")};
-    pare::core::Graph g = pare::core::load_onnx(model);
-    pare::core::Module module(g, pare::core::Module::Use::kFrozen);
+    Engine e(engine, model);
     for (const auto& set : list_dir(dir, "test_data_set_")) {
       const std::string sd = pare::join_path(dir, set);
       std::vector<at::Tensor> inputs;
       for (const auto& f : numbered(sd, "input_")) inputs.push_back(pare::core::load_tensor_pb(f));
       const auto wants = numbered(sd, "output_");
-      const std::vector<at::Tensor> outputs = module.forward(inputs);
+      const std::vector<at::Tensor> outputs = e.run(inputs);
       if (outputs.size() != wants.size())
         return {"wrong", set + ": " + std::to_string(outputs.size()) + " outputs, expected " + std::to_string(wants.size())};
       for (size_t i = 0; i < wants.size(); ++i) {
         const std::string diff = compare(outputs[i], pare::core::load_tensor_pb(wants[i]));
-        if (!diff.empty()) return {"wrong", set + ": output " + std::to_string(i) + " ('" + g.outputs[i].name + "'): " + diff};
+        if (!diff.empty()) return {"wrong", set + ": output " + std::to_string(i) + " ('" + e.output_name(i) + "'): " + diff};
       }
     }
   } catch (const pare::InputError& e) {
@@ -163,9 +197,10 @@ std::map<std::string, Listing> read_expected(const std::string& path) {
 }
 
 void write_expected(const std::string& path, const std::map<std::string, Outcome>& results,
-                    const std::map<std::string, Listing>& before) {
+                    const std::map<std::string, Listing>& before, const std::string& engine) {
   std::ostringstream s;
-  s << "# ONNX 1.12 node tests (libonnx-testdata) that pare's interpreter does not pass, with the outcome\n"
+  s << "# ONNX 1.12 node tests (libonnx-testdata) that " << (engine == "rt" ? "pare_rt (--engine rt)" : "pare's interpreter")
+    << " does not pass, with the outcome\n"
        "# and the reason: tests/conformance/onnx_node_tests.cpp. Written by `onnx_node_tests --update`,\n"
        "# which keeps the reasons written by hand (those starting with '[').\n";
   for (const auto& [name, o] : results) {
@@ -180,24 +215,32 @@ void write_expected(const std::string& path, const std::map<std::string, Outcome
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string data = "/usr/include/onnx/backend/test/data/node", expected, only;
+  std::string data = "/usr/include/onnx/backend/test/data/node", expected, only, engine = "torch";
   bool update = false, verbose = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--data" && i + 1 < argc) data = argv[++i];
     else if (a == "--expected" && i + 1 < argc) expected = argv[++i];
     else if (a == "--only" && i + 1 < argc) only = argv[++i];
+    else if (a == "--engine" && i + 1 < argc) engine = argv[++i];
     else if (a == "--update") update = true;
     else if (a == "-v") verbose = true;
     else {
-      std::fprintf(stderr, "usage: onnx_node_tests [--data DIR] [--expected FILE] [--update] [--only SUBSTRING] [-v]\n");
+      std::fprintf(stderr, "usage: onnx_node_tests [--data DIR] [--engine torch|rt] [--expected FILE] [--update] "
+                           "[--only SUBSTRING] [-v]\n");
       return 2;
     }
+  }
+  if (engine != "torch" && engine != "rt") {
+    std::fprintf(stderr, "onnx_node_tests: --engine takes torch or rt, got '%s'\n", engine.c_str());
+    return 2;
   }
   try {
     const auto tests = list_dir(data, "test_");
     PARE_CHECK(!tests.empty(), "no ONNX node tests in '", data, "' (scripts/install-deps installs libonnx-testdata)");
-    const auto listed = expected.empty() ? std::map<std::string, Listing>() : read_expected(expected);
+    // --update may write a list that does not exist yet.
+    const bool none = expected.empty() || (update && !std::ifstream(expected).good());
+    const auto listed = none ? std::map<std::string, Listing>() : read_expected(expected);
     std::map<std::string, Outcome> results;
     std::map<std::string, std::map<std::string, int>> families;
     std::map<std::string, int> totals;
@@ -205,7 +248,7 @@ int main(int argc, char** argv) {
     for (const auto& t : tests) {
       if (!only.empty() && t.find(only) == std::string::npos) continue;
       const std::string dir = pare::join_path(data, t);
-      const Outcome o = run_test(dir);
+      const Outcome o = run_test(dir, engine);
       results[t] = o;
       ++totals[o.kind];
       ++families[family_of(dir)][o.kind];
@@ -241,7 +284,7 @@ int main(int argc, char** argv) {
     const int runnable = all - totals["not-runnable"];
     std::printf(" %.1f%% of the %d runnable ones pass\n", runnable ? 100.0 * totals["pass"] / runnable : 0.0, runnable);
     if (update) {
-      write_expected(expected, results, listed);
+      write_expected(expected, results, listed, engine);
       std::printf("wrote %s\n", expected.c_str());
       return 0;
     }

@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "tests/test_util.h"
 #include "core/file_util.h"
+#include "core/module.h"
 #include "core/onnx_reader.h"
 
 namespace pare::core {
@@ -582,17 +583,62 @@ namespace {
 // What a model may declare (reader::kMinOpset..kMaxOpset, known domains, kMaxRank, kMaxDim): an
 // opset from the future runs silently nowhere; ONNX Runtime refuses it too.
 TEST(OnnxIo, OpsetsOutsideWhatPareImplementsAreRefusedNamingTheRange) {
-  for (int64_t v : {reader::kMinOpset - 1, reader::kMaxOpset + 1, int64_t{99}}) {
+  for (int64_t v : {int64_t{0}, reader::kMaxOpset + 1, int64_t{99}}) {
     onnx::ModelProto m = hand_model();
     m.mutable_opset_import(0)->set_version(v);
     pare::testing::expect_input_error([&] { parse_onnx(m.SerializeAsString(), "future.onnx"); },
                                       {"'future.onnx'", "opset " + std::to_string(v), "opsets 6 to 21"});
+  }
+  // Opsets before 6 are read when every op means there what it means in pare (Relu only dropped
+  // consumed_inputs), and refused naming the first op that does not (Add had `broadcast`).
+  for (int64_t v : {int64_t{1}, reader::kMinOpset - 1}) {
+    onnx::ModelProto m = hand_model();
+    m.mutable_opset_import(0)->set_version(v);
+    EXPECT_EQ(parse_onnx(m.SerializeAsString(), "old.onnx").opset, v);
+    m.mutable_graph()->mutable_node(0)->set_op_type("Add");
+    pare::testing::expect_input_error([&] { parse_onnx(m.SerializeAsString(), "old.onnx"); },
+                                      {"'old.onnx'", "opset " + std::to_string(v), "opsets 6 to 21",
+                                       "older ones only for ops unchanged since", "Add is not"});
   }
   for (int64_t v : {reader::kMinOpset, reader::kMaxOpset}) {
     onnx::ModelProto m = hand_model();
     m.mutable_opset_import(0)->set_version(v);
     EXPECT_EQ(parse_onnx(m.SerializeAsString(), "ok.onnx").opset, v);
   }
+}
+
+// Before opset 13, Softmax, LogSoftmax and Hardmax normalise the input flattened to 2-D at `axis`
+// (default 1): an old model gets that function, not the opset-13 one along a single axis.
+TEST(OnnxIo, SoftmaxOfOpsetsBefore13NormalisesTheFlattenedRows) {
+  at::Tensor x = at::randn({2, 3, 4}) * 3;
+  for (const char* op : {"Softmax", "LogSoftmax", "Hardmax"}) {
+    SCOPED_TRACE(op);
+    for (int64_t opset : {11, 13}) {
+      Graph g;
+      g.opset = opset;
+      g.inputs.push_back({"x", at::kFloat, {2, 3, 4}});
+      g.add_node(op, {"x"}, {"y"}, {}, "sm");
+      g.outputs.push_back({"y", at::kFloat, {2, 3, 4}});
+      Module m(parse_onnx(serialize_onnx(g), "old.onnx"), Module::Use::kFrozen);
+      at::Tensor y = m.forward({x})[0];
+      at::Tensor rows = x.reshape({2, 12}), last = x;
+      at::Tensor want;
+      if (std::string(op) == "Softmax") want = opset < 13 ? at::softmax(rows, 1).reshape({2, 3, 4}) : at::softmax(last, -1);
+      else if (std::string(op) == "LogSoftmax") want = opset < 13 ? at::log_softmax(rows, 1).reshape({2, 3, 4}) : at::log_softmax(last, -1);
+      else {
+        at::Tensor t = opset < 13 ? rows : last;
+        want = at::zeros_like(t).scatter(-1, t.argmax(-1, true), 1).reshape({2, 3, 4});
+      }
+      EXPECT_TRUE(at::allclose(y, want, 1e-6, 1e-6)) << "opset " << opset;
+    }
+  }
+  // The last axis needs no rewrite: the node stays one node.
+  Graph g;
+  g.opset = 11;
+  g.inputs.push_back({"x", at::kFloat, {2, 3, 4}});
+  g.add_node("Softmax", {"x"}, {"y"}, {{"axis", int64_t{2}}}, "sm");
+  g.outputs.push_back({"y", at::kFloat, {2, 3, 4}});
+  EXPECT_EQ(parse_onnx(serialize_onnx(g), "old.onnx").nodes.size(), 1u);
 }
 
 TEST(OnnxIo, UnknownDomainsAreRefusedAndKnownOnesRead) {

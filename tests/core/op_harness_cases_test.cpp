@@ -460,6 +460,164 @@ void add_quant_cases(std::vector<OpCase>& v) {
                   .domain("pare").tol(0).ort_graph(qdq_twin, twin));
 }
 
+// The ops of core/ops_index.cpp.
+void add_index_cases(std::vector<OpCase>& v) {
+  auto r2 = [](at::Tensor t, int64_t a, int64_t b) { return t.reshape({a, b}); };
+  v.push_back(OpCase("CumSum", "Axis1", {randn({3, 4}), i64s(1)}).grad({0}));
+  v.push_back(OpCase("CumSum", "ExclusiveReverse", {randn({2, 5}), i64s(-1)})
+                  .attrs({{"exclusive", int64_t{1}}, {"reverse", int64_t{1}}}).grad({0}));
+  v.push_back(OpCase("CumSum", "Int32", {ints({4, 3}, -9, 9, at::kInt), i64s(0)}));
+  v.push_back(OpCase("TopK", "Largest", {randn({3, 6}), i64({2})}).outputs(2).tol(0).grad({0}).grad_outputs(1));
+  v.push_back(OpCase("TopK", "SmallestAxis0", {randn({5, 3}), i64({3})})
+                  .attrs({{"axis", int64_t{0}}, {"largest", int64_t{0}}}).outputs(2).tol(0));
+  v.push_back(OpCase("ScatterElements", "Axis1NegativeIndices",
+                     {randn({3, 4}), r2(i64({0, 2, 1, 3, 0, -2}), 3, 2), randn({3, 2})})
+                  .attrs({{"axis", int64_t{1}}}).tol(0).grad({0, 2}));
+  v.push_back(OpCase("ScatterElements", "AddDuplicates", {randn({3, 3}), r2(i64({1, 1, 0, 2, 2, 2}), 2, 3), randn({2, 3})})
+                  .attrs({{"reduction", std::string("add")}}).opset(16).tol(1e-6).grad({0, 2}));
+  v.push_back(OpCase("Scatter", "Opset9", {randn({3, 3}), r2(i64({1, 0, 2, 0, 2, 1}), 2, 3), randn({2, 3})})
+                  .opset(9).tol(0));
+  v.push_back(OpCase("ScatterND", "Rows", {randn({4, 3}), r2(i64({2, 0}), 2, 1), randn({2, 3})}).tol(0).grad({0, 2}));
+  v.push_back(OpCase("ScatterND", "MulPoints", {randn({3, 4}), r2(i64({0, 1, 2, 3, 0, 1}), 3, 2), randn({3})})
+                  .attrs({{"reduction", std::string("mul")}}).opset(16).tol(1e-6));
+  v.push_back(OpCase("GatherND", "Pairs", {randn({3, 4}), r2(i64({0, 1, 2, -1}), 2, 2)}).tol(0).grad({0}));
+  v.push_back(OpCase("GatherND", "BatchDims1", {randn({2, 3, 4}), r2(i64({1, 2}), 2, 1)})
+                  .attrs({{"batch_dims", int64_t{1}}}).tol(0).grad({0}));
+  v.push_back(OpCase("OneHot", "Axis1NegativeIndex", {r2(i64({0, 2, -1, 1}), 2, 2), i64({3}), f32({-1.f, 2.f}, {2})})
+                  .attrs({{"axis", int64_t{1}}}).tol(0));
+  v.push_back(OpCase("NonZero", "Float", {f32({0.f, 1.f, 0.f, -2.f, 3.f, 0.f}, {2, 3})}));
+  v.push_back(OpCase("Compress", "Axis1ShortCondition", {randn({2, 4}), i64({1, 0, 1}).ne(0)})
+                  .attrs({{"axis", int64_t{1}}}).tol(0).grad({0}));
+  v.push_back(OpCase("Compress", "Flattened", {randn({2, 3}), i64({0, 1, 1, 0, 1}).ne(0)}).tol(0));
+  v.push_back(OpCase("EyeLike", "K1Int64", {randn({3, 4})}).attrs({{"k", int64_t{1}}, {"dtype", int64_t{7}}}));
+  v.push_back(OpCase("EyeLike", "BelowDiagonal", {randn({4, 3})}).attrs({{"k", int64_t{-2}}}).tol(0));
+  v.push_back(OpCase("ReverseSequence", "TimeMajor", {randn({4, 3, 2}), i64({4, 2, 1})}).tol(0).grad({0}));
+  v.push_back(OpCase("ReverseSequence", "BatchMajor", {randn({3, 4}), i64({1, 4, 3})})
+                  .attrs({{"batch_axis", int64_t{0}}, {"time_axis", int64_t{1}}}).tol(0));
+  // MaxUnpool of MaxPool 2x2 stride 2 indices into [1, 1, 4, 4]: flattened positions, one per window.
+  v.push_back(OpCase("MaxUnpool", "FromMaxPool", {randn({1, 1, 2, 2}), r2(i64({1, 6, 8, 15}), 2, 2).reshape({1, 1, 2, 2})})
+                  .attrs({{"kernel_shape", Ints{2, 2}}, {"strides", Ints{2, 2}}}).tol(0).grad({0}));
+  v.push_back(OpCase("NonMaxSuppression", "TwoClassesThresholds",
+                     {f32({0, 0, 1, 1, 0, 0.1f, 1, 1.1f, 0, -0.1f, 1, 0.9f, 0, 10, 1, 11, 1, 1, 0, 0}, {1, 5, 4}),
+                      f32({0.9f, 0.75f, 0.6f, 0.95f, 0.5f, 0.1f, 0.8f, 0.3f, 0.7f, 0.2f}, {1, 2, 5}), i64({2}),
+                      f32({0.5f}, {1}), f32({0.15f}, {1})}));
+  v.push_back(OpCase("NonMaxSuppression", "CenterPointBox",
+                     {f32({0.5f, 0.5f, 1, 1, 0.5f, 0.6f, 1, 1, 0.5f, 10.5f, 1, 1}, {1, 3, 4}),
+                      f32({0.9f, 0.75f, 0.6f}, {1, 1, 3}), i64({3}), f32({0.5f}, {1})})
+                  .attrs({{"center_point_box", int64_t{1}}}));
+  v.push_back(OpCase("Unique", "SortedFlat", {ints({2, 5}, 0, 4)}).outputs(4).tol(0));
+  v.push_back(OpCase("Unique", "UnsortedAxis0", {at::cat({ints({2, 3}, 0, 2), ints({2, 3}, 0, 2)}, 0)})
+                  .attrs({{"axis", int64_t{0}}, {"sorted", int64_t{0}}}).outputs(4).tol(0));
+  for (const char* w : {"HannWindow", "HammingWindow", "BlackmanWindow"}) {
+    v.push_back(OpCase(w, "Periodic", {i64s(10)}).tol(1e-6));
+    v.push_back(OpCase(w, "SymmetricDouble", {i64s(7)}).attrs({{"periodic", int64_t{0}}, {"output_datatype", int64_t{11}}})
+                    .tol(1e-7));  // ONNX Runtime computes double windows in float
+  }
+  v.push_back(OpCase("DepthToSpace", "DCR", {randn({1, 8, 2, 3})}).attrs({{"blocksize", int64_t{2}}}).tol(0).grad({0}));
+  v.push_back(OpCase("DepthToSpace", "CRD", {randn({2, 8, 2, 2})})
+                  .attrs({{"blocksize", int64_t{2}}, {"mode", std::string("CRD")}}).tol(0));
+  v.push_back(OpCase("SpaceToDepth", "Block2", {randn({1, 2, 4, 6})}).attrs({{"blocksize", int64_t{2}}}).tol(0).grad({0}));
+}
+
+// Resize and Upsample (core/ops_resize.cpp), and the nn ops added with them.
+void add_resize_cases(std::vector<OpCase>& v) {
+  auto str = [](const char* s) { return std::string(s); };
+  v.push_back(OpCase("Resize", "NearestScales2x", {randn({1, 2, 3, 4}), omitted(), f32({1, 1, 2, 2}, {4})}).tol(0).grad({0}));
+  v.push_back(OpCase("Resize", "LinearHalfPixelSizesDown", {randn({1, 2, 4, 6}), omitted(), omitted(), i64({1, 2, 3, 4})})
+                  .attrs({{"mode", str("linear")}}).grad({0}));
+  v.push_back(OpCase("Resize", "LinearPytorchHalfPixel", {randn({2, 1, 3, 4}), omitted(), omitted(), i64({2, 1, 5, 7})})
+                  .attrs({{"mode", str("linear")}, {"coordinate_transformation_mode", str("pytorch_half_pixel")}}).grad({0}));
+  v.push_back(OpCase("Resize", "LinearAlignCornersUp", {randn({1, 1, 3, 4}), omitted(), f32({1, 1, 2, 1.5f}, {4})})
+                  .attrs({{"mode", str("linear")}, {"coordinate_transformation_mode", str("align_corners")}}).grad({0}));
+  v.push_back(OpCase("Resize", "CubicAsymmetric", {randn({1, 2, 4, 4}), omitted(), f32({1, 1, 1.5f, 0.75f}, {4})})
+                  .attrs({{"mode", str("cubic")}, {"coordinate_transformation_mode", str("asymmetric")}}).grad({0}));
+  v.push_back(OpCase("Resize", "CubicExcludeOutside", {randn({1, 1, 4, 5}), omitted(), omitted(), i64({1, 1, 7, 3})})
+                  .attrs({{"mode", str("cubic")}, {"cubic_coeff_a", -0.5f}, {"exclude_outside", int64_t{1}}}).grad({0}));
+  v.push_back(OpCase("Resize", "NearestFloorAsymmetricSizes", {randn({1, 2, 3, 5}), omitted(), omitted(), i64({1, 2, 7, 3})})
+                  .attrs({{"nearest_mode", str("floor")}, {"coordinate_transformation_mode", str("asymmetric")}}).tol(0));
+  v.push_back(OpCase("Resize", "NearestCeilHalfPixel", {randn({1, 1, 4, 4}), omitted(), omitted(), i64({1, 1, 6, 3})})
+                  .attrs({{"nearest_mode", str("ceil")}}).tol(0));
+  v.push_back(OpCase("Resize", "TfCropAndResizeExtrapolate",
+                     {randn({1, 1, 4, 5}), f32({0, 0, 0.2f, -0.1f, 1, 1, 0.9f, 1.2f}, {8}), omitted(), i64({1, 1, 3, 4})})
+                  .attrs({{"mode", str("linear")}, {"coordinate_transformation_mode", str("tf_crop_and_resize")},
+                          {"extrapolation_value", 2.5f}}).grad({0}));
+  v.push_back(OpCase("Resize", "NearestUint8", {ints({1, 1, 2, 3}, 0, 256, at::kByte), omitted(), f32({1, 1, 2, 2}, {4})}));
+  v.push_back(OpCase("Resize", "Opset10Scales", {randn({1, 2, 2, 3}), f32({1, 1, 2, 3}, {4})}).opset(10).tol(0));
+  for (const char* mode : {"bilinear", "nearest", "bicubic"})
+    for (const char* pad : {"zeros", "border", "reflection"})
+      v.push_back(OpCase("GridSample", std::string(mode) + "_" + pad, {randn({1, 2, 4, 5}), uni({1, 3, 2, 2}, -1.2, 1.2)})
+                      .attrs({{"mode", str(mode)}, {"padding_mode", str(pad)}, {"align_corners", int64_t{std::string(pad) == "border"}}})
+                      .opset(16).tol(1e-5));
+  v.push_back(OpCase("Upsample", "NearestOpset9", {randn({1, 2, 2, 3}), f32({1, 1, 3, 2}, {4})}).opset(9).tol(0));
+
+  v.push_back(OpCase("InstanceNormalization", "Rank4", {randn({2, 3, 4, 5}), uni({3}, 0.5, 1.5), randn({3})})
+                  .grad({0, 1, 2}));
+  v.push_back(OpCase("MeanVarianceNormalization", "DefaultAxes", {randn({2, 3, 4, 5}, 2)}).grad({0}));
+  v.push_back(OpCase("LRN", "Size3", {randn({2, 5, 3, 3})})
+                  .attrs({{"size", int64_t{3}}, {"alpha", 0.02f}, {"beta", 0.6f}, {"bias", 1.5f}}).grad({0}));
+  v.push_back(OpCase("LRN", "Size5Default", {randn({1, 6, 2, 2})}).attrs({{"size", int64_t{5}}}));
+  v.push_back(OpCase("Einsum", "BatchMatMul", {randn({2, 3, 4}), randn({2, 4, 5})})
+                  .attrs({{"equation", str("bij,bjk->bik")}}).grad({0, 1}));
+  v.push_back(OpCase("Einsum", "EllipsisDiagonal", {randn({2, 3, 3})}).attrs({{"equation", str("...ii ->...i")}}).tol(0));
+  v.push_back(OpCase("Einsum", "ImplicitTranspose", {randn({3, 4})}).attrs({{"equation", str("ji")}}).tol(0));
+  v.push_back(OpCase("Det", "Batch", {randn({2, 3, 3})}).grad({0}));
+  v.push_back(OpCase("ReduceLogSum", "Axis1", {uni({2, 3, 4}, 0.5, 1.5)}).attrs({{"axes", Ints{1}}}).grad({0}));
+  v.push_back(OpCase("ReduceLogSum", "AllAxesNoKeepdims", {uni({2, 3}, 0.5, 1.5)})
+                  .attrs({{"keepdims", int64_t{0}}}).grad({0}));
+}
+
+// LSTM, GRU and RNN (core/ops_rnn.cpp): X [seq 3, batch 2, in 4], hidden 3. (ONNX Runtime runs
+// only layout 0; the batch-major layout is checked by the ONNX node tests.)
+void add_rnn_cases(std::vector<OpCase>& v) {
+  using Strings = std::vector<std::string>;
+  auto x = [] { return randn({3, 2, 4}); };
+  auto lens = at::tensor(at::ArrayRef<int32_t>({3, 1}), at::kInt);
+  v.push_back(OpCase("LSTM", "BiasInitialStates",
+                     {x(), randn({1, 12, 4}, 0.5), randn({1, 12, 3}, 0.5), randn({1, 24}, 0.5), omitted(),
+                      randn({1, 2, 3}), randn({1, 2, 3})})
+                  .attrs({{"hidden_size", int64_t{3}}}).outputs(3).grad({0, 1, 2, 3, 5, 6}));
+  v.push_back(OpCase("LSTM", "BidirectionalPeepholesSeqLens",
+                     {x(), randn({2, 12, 4}, 0.5), randn({2, 12, 3}, 0.5), randn({2, 24}, 0.5), lens, omitted(),
+                      omitted(), randn({2, 9}, 0.5)})
+                  .attrs({{"direction", std::string("bidirectional")}, {"hidden_size", int64_t{3}}})
+                  .outputs(3).grad({0, 1, 2, 7}));
+  v.push_back(OpCase("LSTM", "ClipReverse", {x(), randn({1, 12, 4}), randn({1, 12, 3})})
+                  .attrs({{"clip", 0.7f}, {"direction", std::string("reverse")}, {"hidden_size", int64_t{3}}}).outputs(2));
+  v.push_back(OpCase("GRU", "LinearBeforeResetBias",
+                     {x(), randn({1, 9, 4}, 0.5), randn({1, 9, 3}, 0.5), randn({1, 18}, 0.5), omitted(), randn({1, 2, 3})})
+                  .attrs({{"linear_before_reset", int64_t{1}}, {"hidden_size", int64_t{3}}}).outputs(2).grad({0, 1, 2, 3, 5}));
+  v.push_back(OpCase("GRU", "ReverseBias", {x(), randn({1, 9, 4}, 0.5), randn({1, 9, 3}, 0.5), randn({1, 18}, 0.5)})
+                  .attrs({{"direction", std::string("reverse")}, {"hidden_size", int64_t{3}}}).outputs(2).grad({0, 1, 2, 3}));
+  v.push_back(OpCase("RNN", "TanhBiasSeqLens", {x(), randn({1, 3, 4}, 0.5), randn({1, 3, 3}, 0.5), randn({1, 6}, 0.5), lens})
+                  .attrs({{"hidden_size", int64_t{3}}}).outputs(2).grad({0, 1, 2, 3}));
+  v.push_back(OpCase("RNN", "BidirectionalLeakyRelu", {x(), randn({2, 3, 4}), randn({2, 3, 3})})
+                  .attrs({{"direction", std::string("bidirectional")}, {"hidden_size", int64_t{3}},
+                          {"activations", Strings{"LeakyRelu", "LeakyRelu"}},
+                          {"activation_alpha", std::vector<float>{0.1f, 0.2f}}})
+                  .outputs(2));
+}
+
+// The elementwise ops added with them.
+void add_more_elementwise_cases(std::vector<OpCase>& v) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  const at::Tensor special = f32({1.f, -inf, nan, inf, 0.f, -2.f}, {2, 3});
+  v.push_back(OpCase("CastLike", "FloatToInt64", {randn({3, 4}, 5), ints({1}, 0, 2, at::kLong)}));
+  v.push_back(OpCase("CastLike", "Int32ToDouble", {ints({2, 3}, -9, 9, at::kInt), randn({2}).to(at::kDouble)}));
+  v.push_back(OpCase("IsNaN", "Specials", {special}));
+  v.push_back(OpCase("IsInf", "Both", {special}));
+  v.push_back(OpCase("IsInf", "PositiveOnly", {special}).attrs({{"detect_negative", int64_t{0}}}));
+  v.push_back(OpCase("Hardmax", "Axis1", {randn({2, 3, 4})}).attrs({{"axis", int64_t{1}}}).tol(0));
+  v.push_back(OpCase("Hardmax", "DefaultLastAxisTies", {f32({1, 3, 3, 0, 2, 2}, {2, 3})}).tol(0));
+  v.push_back(OpCase("Softsign", "Float", {randn({2, 3, 4}, 4)}).tol(1e-6).grad({0}));
+  v.push_back(OpCase("BitShift", "LeftUint8", {ints({2, 4}, 0, 256, at::kByte), ints({4}, 0, 8, at::kByte)})
+                  .attrs({{"direction", std::string("LEFT")}}));
+  v.push_back(OpCase("BitShift", "RightUint8", {ints({3}, 0, 256, at::kByte), ints({3}, 0, 8, at::kByte)})
+                  .attrs({{"direction", std::string("RIGHT")}}));
+  v.push_back(OpCase("MaxPool", "Uint8", {ints({1, 2, 5, 5}, 0, 256, at::kByte)})
+                  .attrs({{"kernel_shape", Ints{2, 2}}, {"strides", Ints{2, 2}}}));
+  v.push_back(OpCase("PRelu", "PerChannelSlope", {randn({2, 3, 4, 5}), uni({3, 1, 1}, 0.1, 0.5)}).grad({0, 1}));
+}
+
 }  // namespace
 
 const char* family_name(Family f) {
@@ -491,6 +649,11 @@ std::vector<OpCase> all_cases() {
   section(Family::kNn, add_nn_cases);
   section(Family::kTensor, add_tensor_cases);
   section(Family::kQuant, add_quant_cases);
+  // Sections added later come last, so that the cases above keep their inputs.
+  section(Family::kTensor, add_index_cases);
+  section(Family::kNn, add_resize_cases);
+  section(Family::kElementwise, add_more_elementwise_cases);
+  section(Family::kNn, add_rnn_cases);
   return all;
 }
 

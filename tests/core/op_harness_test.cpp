@@ -288,6 +288,12 @@ TEST(OpHarness, FlopsMatchHandCounts) {
   EXPECT_EQ(flops_of("ReduceMean_TwoAxesNoKeepdims", {3}), 24);
   // Shape ops move data, no arithmetic.
   EXPECT_EQ(flops_of("Transpose_Perm", {2, 4, 5, 3}), 0);
+  // Einsum bij,bjk->bik: a multiply-add for each of the 2*3*4*5 points (b, i, j, k).
+  EXPECT_EQ(flops_of("Einsum_BatchMatMul", {2, 3, 5}), 240);
+  EXPECT_EQ(flops_of("Einsum_EllipsisDiagonal", {2, 3}), 2 * 2 * 3);
+  // Linear Resize of two axes to [1,2,3,4]: 2 taps, a multiply-add each, per axis per output.
+  EXPECT_EQ(flops_of("Resize_LinearHalfPixelSizesDown", {1, 2, 3, 4}), 2 * 2 * 2 * 24);
+  EXPECT_EQ(flops_of("Resize_NearestScales2x", {1, 2, 6, 8}), 0);
 }
 
 // ---- files for ONNX Runtime --------------------------------------------------------------

@@ -5,7 +5,8 @@
 
 Writes, for every model NAME: OUTDIR/NAME.onnx, and for every test batch size B:
 OUTDIR/NAME.b{B}.input.npy and OUTDIR/NAME.b{B}.expected.npy. It prints one line per case on
-stdout, "NAME MODEL INPUT EXPECTED", for the test script to loop over.
+stdout, "NAME MODEL INPUT EXPECTED ENGINES" (ENGINES: the `pare run --engine` values that run
+it, comma-separated), for the test script to loop over.
 With --keep-layers, the transformer also gets OUTDIR/transformer.b{B}.keep.expected.npy: the
 outputs of the same model with only those encoder layers (a student derived from it).
 
@@ -73,6 +74,72 @@ class NormMLP(nn.Module):
         return self.net(x)
 
 
+class TinyUNet(nn.Module):
+    """Two-level U-Net: Conv-BN-ReLU blocks, max-pool down, F.interpolate up (bilinear, then nearest),
+    skip connections by concatenation: exported with Resize nodes (pytorch_half_pixel linear and
+    asymmetric floor nearest)."""
+
+    def __init__(self, c=8, classes=3):
+        super().__init__()
+
+        def block(cin, cout):
+            return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1), nn.BatchNorm2d(cout), nn.ReLU())
+
+        self.enc1, self.enc2, self.mid = block(3, c), block(c, 2 * c), block(2 * c, 2 * c)
+        self.dec2, self.dec1 = block(4 * c, c), block(2 * c, c)
+        self.head = nn.Conv2d(c, classes, 1)
+
+    def forward(self, x):
+        import torch.nn.functional as F
+        e1 = self.enc1(x)
+        e2 = self.enc2(F.max_pool2d(e1, 2))
+        m = self.mid(F.max_pool2d(e2, 2))
+        d2 = self.dec2(torch.cat([F.interpolate(m, scale_factor=2.0, mode="bilinear", align_corners=False), e2], 1))
+        d1 = self.dec1(torch.cat([F.interpolate(d2, scale_factor=2.0, mode="nearest"), e1], 1))
+        return self.head(d1)
+
+
+class LstmClassifier(nn.Module):
+    """nn.Embedding -> 2-layer bidirectional nn.LSTM (batch_first) -> Linear on the last step."""
+
+    def __init__(self, vocab=50, d=16, hidden=24, classes=5):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d)
+        self.lstm = nn.LSTM(d, hidden, num_layers=2, batch_first=True, bidirectional=True)
+        self.head = nn.Linear(2 * hidden, classes)
+
+    def forward(self, ids):
+        y, _ = self.lstm(self.embed(ids))
+        return self.head(y[:, -1])
+
+
+class GptBlock(nn.Module):
+    """A pre-LayerNorm GPT block with a causal mask from torch.triu of a tensor computed at run time
+    (exported as Trilu, not folded into a constant), then a LayerNorm and a token classifier."""
+
+    def __init__(self, vocab=64, d=32, heads=4, classes=64):
+        super().__init__()
+        self.heads = heads
+        self.embed, self.pos = nn.Embedding(vocab, d), nn.Embedding(16, d)
+        self.ln1, self.ln2, self.ln_f = nn.LayerNorm(d), nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+        self.head = nn.Linear(d, classes)
+
+    def forward(self, ids):
+        b, t = ids.shape
+        x = self.embed(ids) + self.pos(torch.arange(t).unsqueeze(0))
+        q, k, v = self.qkv(self.ln1(x)).chunk(3, dim=-1)
+        split = lambda z: z.reshape(b, t, self.heads, -1).transpose(1, 2)
+        q, k, v = split(q), split(k), split(v)
+        scores = q @ k.transpose(-2, -1) / (q.shape[-1] ** 0.5)
+        future = torch.triu(torch.ones_like(scores), diagonal=1).bool()
+        att = scores.masked_fill(future, float("-inf")).softmax(-1)
+        x = x + self.proj((att @ v).transpose(1, 2).reshape(b, t, -1))
+        x = x + self.mlp(self.ln2(x))
+        return self.head(self.ln_f(x))
+
+
 def build(name):
     """-> (model, function(batch, generator) -> input tensor)."""
     import torchvision
@@ -88,10 +155,22 @@ def build(name):
                 lambda b, g: torch.randint(0, 100, (b, 16), generator=g, dtype=torch.int64))
     if name == "mlp_layernorm_gelu":
         return NormMLP(), lambda b, g: torch.randn(b, 32, generator=g)
+    if name == "unet":
+        return TinyUNet(), lambda b, g: torch.rand(b, 3, 32, 32, generator=g)
+    if name == "lstm_classifier":
+        return LstmClassifier(), lambda b, g: torch.randint(0, 50, (b, 12), generator=g, dtype=torch.int64)
+    if name == "gpt_block":
+        return GptBlock(), lambda b, g: torch.randint(0, 64, (b, 16), generator=g, dtype=torch.int64)
     raise ValueError(f"unknown model {name}")
 
 
-MODELS = ("resnet18", "mobilenet_v2", "transformer", "mlp_layernorm_gelu")
+MODELS = ("resnet18", "mobilenet_v2", "transformer", "mlp_layernorm_gelu", "unet", "lstm_classifier", "gpt_block")
+# Per model: the opset it is exported with (Trilu needs 14), the op its export must contain (the
+# op it is here to test), and the engines of `pare run` that run it (pare_rt has no Resize, LSTM
+# or Trilu yet).
+OPSET = {"gpt_block": 14}
+MUST_CONTAIN = {"unet": "Resize", "lstm_classifier": "LSTM", "gpt_block": "Trilu"}
+ENGINES = {"unet": "torch", "lstm_classifier": "torch", "gpt_block": "torch"}
 
 
 def export(name, outdir, seed, keep_layers=None):
@@ -108,9 +187,14 @@ def export(name, outdir, seed, keep_layers=None):
     grad = torch.enable_grad() if name == "transformer" else torch.no_grad()
     with grad, warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(model, (make_input(EXPORT_BATCH, gen),), path, opset_version=13,
+        torch.onnx.export(model, (make_input(EXPORT_BATCH, gen),), path, opset_version=OPSET.get(name, 13),
                           do_constant_folding=True, input_names=["input"], output_names=["output"],
                           dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}})
+    if name in MUST_CONTAIN:
+        import onnx
+        ops = {n.op_type for n in onnx.load(path).graph.node}
+        if MUST_CONTAIN[name] not in ops:
+            sys.exit(f"export_models.py: the export of {name} has no {MUST_CONTAIN[name]} node (ops: {sorted(ops)})")
     cases = []
     for b in TEST_BATCHES:
         x = make_input(b, gen)
@@ -120,11 +204,11 @@ def export(name, outdir, seed, keep_layers=None):
         yexp = os.path.join(outdir, f"{name}.b{b}.expected.npy")
         np.save(xin, x.numpy())
         np.save(yexp, y.numpy())
-        cases.append((name, path, xin, yexp))
+        cases.append((name, path, xin, yexp, ENGINES.get(name, "torch,rt")))
     if keep_layers is not None and name == "transformer":
         model.encoder.layers = nn.ModuleList([model.encoder.layers[i] for i in keep_layers])
         model.encoder.num_layers = len(keep_layers)
-        for _, _, xin, yexp in cases:
+        for _, _, xin, yexp, _ in cases:
             with torch.enable_grad():
                 y = model(torch.from_numpy(np.load(xin))).detach()
             np.save(yexp.replace(".expected.npy", ".keep.expected.npy"), y.numpy())

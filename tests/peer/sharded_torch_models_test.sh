@@ -20,7 +20,7 @@ trap 'rm -rf "$tmp"' EXIT
 "$PY" "$here/export_models.py" "$tmp" --only "${PARE_PEER_MODELS:-resnet18,mobilenet_v2,transformer}" >"$tmp/cases.txt"
 
 failures=()
-while read -r name model input expected <&3; do
+while read -r name model input expected _engines <&3; do
   case "$input" in *.b5.*) ;; *) continue ;; esac
   "$PARE" run "$model" -i "$input" -o "$tmp/$name.whole.npy"
   for mode in tp pp; do

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Peer test: models exported by PyTorch's own ONNX exporter (torchvision resnet18 and mobilenet_v2,
-# an nn.TransformerEncoder text classifier, an MLP with LayerNorm and GELU) run in `pare run`, on
-# both engines (the libtorch interpreter and pare_rt, `--engine rt`), and give PyTorch's outputs, at
-# batch sizes other than the one they were exported with.
+# an nn.TransformerEncoder text classifier, an MLP with LayerNorm and GELU, a small U-Net with
+# Resize, a bidirectional LSTM classifier and a GPT block with a Trilu causal mask) run in `pare
+# run` and give PyTorch's outputs, at batch sizes other than the one they were exported with. The
+# first four run on both engines (the libtorch interpreter and pare_rt, `--engine rt`), the last
+# three on the interpreter (export_models.py lists the engines per model).
 #
 # Env: PARE (the binary), PARE_SOURCE_DIR. Needs /usr/bin/python3 with torch and torchvision
 # (Debian python3-torch, python3-torchvision); exits 77 (skipped) without them.
@@ -28,7 +30,7 @@ echo "== exporting with torch $("$PY" -c 'import torch; print(torch.__version__)
 
 failures=()
 declare -A inspected=()
-while read -r name model input expected <&3; do
+while read -r name model input expected engines <&3; do
   if [[ -z "${inspected[$name]:-}" ]]; then
     inspected[$name]=1
     rc=0
@@ -40,7 +42,7 @@ while read -r name model input expected <&3; do
       failures+=("$name inspect")
     fi
   fi
-  for engine in torch rt; do
+  for engine in ${engines//,/ }; do
     out="$tmp/$(basename "$input" .input.npy).$engine.npy"
     rc=0
     "$PARE" run "$model" --engine "$engine" --input "$input" --output "$out" 2>"$tmp/err.txt" || rc=$?
@@ -61,4 +63,4 @@ if ((${#failures[@]})); then
   echo "FAILED (${#failures[@]}): ${failures[*]}"
   exit 1
 fi
-echo "PASSED: every PyTorch-exported model matches in pare run, on both engines"
+echo "PASSED: every PyTorch-exported model matches in pare run, on each of its engines"

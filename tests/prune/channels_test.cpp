@@ -200,7 +200,7 @@ NUMERIC_CASE(UnaryElementwiseOps) {
   for (const char* op : {"Relu", "Sigmoid", "Tanh", "Abs", "Neg", "Exp", "Erf", "Sin", "Cos", "Floor", "Ceil",
                          "Round", "Sign", "LeakyRelu", "Elu", "HardSigmoid", "HardSwish", "Softplus", "Identity",
                          "Clip", "Dropout", "Tan", "Atan", "Sinh", "Cosh", "Asinh", "Selu", "Celu",
-                         "ThresholdedRelu", "Shrink"}) {
+                         "ThresholdedRelu", "Shrink", "Softsign"}) {
     SCOPED_TRACE(op);
     expect_body([op](Tiny& t, const std::string& a) { return t.node(op, {a}, "op"); });
   }
@@ -217,8 +217,15 @@ NUMERIC_CASE(UnaryElementwiseOps) {
   expect_body([](Tiny& t, const std::string& a) { return t.node("Cast", {a}, "op", {{"to", int64_t{1}}}); });
 }
 
+// PRelu as exporters write it: a learned slope per channel, [C, 1, 1], sliced with the channels.
+NUMERIC_CASE(PReluSlopePerChannel) {
+  expect_body([](Tiny& t, const std::string& a) {
+    return t.node("PRelu", {a, t.init("slope", at::rand({8, 1, 1}))}, "op");
+  });
+}
+
 NUMERIC_CASE(BinaryElementwiseOpsJoinTheirGroups) {
-  for (const char* op : {"Add", "Sub", "Mul", "Div", "Pow", "Mod", "Sum", "Mean", "Max", "Min"}) {
+  for (const char* op : {"Add", "Sub", "Mul", "Div", "Pow", "Mod", "Sum", "Mean", "Max", "Min", "PRelu"}) {
     SCOPED_TRACE(op);
     Tiny t;
     std::string a = t.node("Sigmoid", {t.conv("a", "x", 4, 8)}, "sa");
@@ -287,7 +294,7 @@ NUMERIC_CASE(SoftmaxAndReductionsAlongOtherAxes) {
     expect_body([op](Tiny& t, const std::string& a) { return t.node(op, {a}, "op", {{"axis", int64_t{-1}}}); });
   }
   for (const char* op : {"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceSumSquare",
-                         "ReduceL1", "ReduceL2", "ReduceLogSumExp"}) {
+                         "ReduceL1", "ReduceL2", "ReduceLogSumExp", "ReduceLogSum"}) {
     SCOPED_TRACE(op);
     expect_body([op](Tiny& t, const std::string& a) {
       std::string s = t.node("Sigmoid", {a}, "s");
