@@ -26,7 +26,9 @@ namespace pare::reader {
 
 /// What a model may declare. Opsets of the default domain outside [kMinOpset, kMaxOpset] are
 /// refused (the newest is what pare's op harness checks against ONNX Runtime; a model from a
-/// newer ONNX may mean other semantics by the same op names), and so are imports of domains other
+/// newer ONNX may mean other semantics by the same op names), except opsets 1 to kMinOpset - 1
+/// for models whose ops all mean there what they mean in pare (onnx_reader.cpp,
+/// check_old_opset), and so are imports of domains other
 /// than the default, ai.onnx.ml, com.microsoft (MatMulNBits) and pare's own (pare: FakeQuantize;
 /// pare.*: extensions). Tensors and
 /// declared shapes have at most kMaxRank dimensions, each at most kMaxDim.
