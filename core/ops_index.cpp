@@ -20,11 +20,6 @@ using ops::spec_int;
 using ops::spec_string;
 using Tensors = std::vector<at::Tensor>;
 
-OpDef make(const std::string& name, int in_min, int in_max, std::string doc) {
-  OpDef d = ops::op_def(name, in_min, in_max, std::move(doc));
-  d.flops = flops_per_output(0);
-  return d;
-}
 
 void check_integer(const Node& n, const at::Tensor& t, const char* what) {
   PARE_CHECK(!at::isFloatingType(t.scalar_type()) && t.scalar_type() != at::kBool, n.describe(), ": ", what,
@@ -227,7 +222,7 @@ OpDef one_hot_op() {
 }
 
 OpDef non_zero_op() {
-  OpDef d = make("NonZero", 1, 1, "int64 [rank, count] indices of the non-zero elements, in row-major order");
+  OpDef d = ops::data_op("NonZero", 1, 1, "int64 [rank, count] indices of the non-zero elements, in row-major order");
   d.forward = [](const Node&, const Tensors& in, const RunContext&) -> Tensors {
     const at::Tensor& x = in.at(0);
     if (x.dim() == 0) return {at::zeros({0, x.item<bool>() ? 1 : 0}, x.options().dtype(at::kLong))};
@@ -237,7 +232,7 @@ OpDef non_zero_op() {
 }
 
 OpDef compress_op() {
-  OpDef d = make("Compress", 2, 2,
+  OpDef d = ops::data_op("Compress", 2, 2,
                  "the slices along `axis` (flattened input when absent) where the 1-D condition is true");
   d.attrs = {spec_int("axis")};
   d.forward = [](const Node& n, const Tensors& in, const RunContext&) -> Tensors {
@@ -253,7 +248,7 @@ OpDef compress_op() {
 }
 
 OpDef eye_like_op() {
-  OpDef d = make("EyeLike", 1, 1,
+  OpDef d = ops::data_op("EyeLike", 1, 1,
                  "a 2-D tensor of the input's shape with ones on diagonal k (0: main), of type `dtype` "
                  "(default: the input's)");
   d.attrs = {spec_int("dtype"), spec_int("k")};
@@ -275,7 +270,7 @@ OpDef eye_like_op() {
 }
 
 OpDef reverse_sequence_op() {
-  OpDef d = make("ReverseSequence", 2, 2,
+  OpDef d = ops::data_op("ReverseSequence", 2, 2,
                  "reverses the first sequence_lens[b] elements along time_axis (default 0) of each batch b "
                  "(batch_axis, default 1)");
   d.attrs = {spec_int("batch_axis"), spec_int("time_axis")};
@@ -305,7 +300,7 @@ OpDef reverse_sequence_op() {
 
 // DepthToSpace (DCR or CRD) and SpaceToDepth on [N, C, H, W].
 OpDef depth_space_op(bool to_space) {
-  OpDef d = make(to_space ? "DepthToSpace" : "SpaceToDepth", 1, 1,
+  OpDef d = ops::data_op(to_space ? "DepthToSpace" : "SpaceToDepth", 1, 1,
                  to_space ? "[N, C*b*b, H, W] -> [N, C, H*b, W*b] by blocks of `blocksize` b; mode DCR (default, "
                             "depth-column-row) or CRD"
                           : "[N, C, H*b, W*b] -> [N, C*b*b, H, W] by blocks of `blocksize` b");
@@ -338,7 +333,7 @@ OpDef depth_space_op(bool to_space) {
 // large), zeros are added after the end of each dim, as ONNX's reference does (the indices keep
 // their positions).
 OpDef max_unpool_op() {
-  OpDef d = make("MaxUnpool", 2, 3,
+  OpDef d = ops::data_op("MaxUnpool", 2, 3,
                  "scatters X to MaxPool's flattened indices I in zeros of shape (in - 1) * stride + kernel - pads, "
                  "padded at the end to output_shape (input 2)");
   d.attrs = {{"kernel_shape", AttrKind::kInts, true}, ops::spec_ints("pads"), ops::spec_ints("strides")};
@@ -397,7 +392,7 @@ double iou(const float* a, const float* b, bool center) {
 }
 
 OpDef non_max_suppression_op() {
-  OpDef d = make("NonMaxSuppression", 2, 5,
+  OpDef d = ops::data_op("NonMaxSuppression", 2, 5,
                  "int64 [K, 3] (batch, class, box) of the boxes [B, N, 4] kept per class of scores [B, C, N] by "
                  "greedy IoU suppression; inputs max_output_boxes_per_class, iou_threshold, score_threshold");
   d.attrs = {spec_int("center_point_box")};
@@ -442,7 +437,7 @@ OpDef non_max_suppression_op() {
 // occurrence, with the index of each one's first occurrence, each element's index into them, and
 // the counts.
 OpDef unique_op() {
-  OpDef d = make("Unique", 1, 1,
+  OpDef d = ops::data_op("Unique", 1, 1,
                  "distinct elements (or slices along `axis`), sorted=1 ascending or else in order of first "
                  "occurrence; outputs Y, indices, inverse_indices, counts");
   d.outputs_max = 4;
@@ -478,7 +473,7 @@ OpDef unique_op() {
 // HannWindow, HammingWindow, BlackmanWindow (opset 17): a0 - a1 cos(2 pi n / N) + a2 cos(4 pi n / N)
 // for n in [0, size), N = size (periodic, default) or size - 1.
 OpDef window_op(const std::string& name, double a0, double a2) {
-  OpDef d = make(name, 1, 1,
+  OpDef d = ops::data_op(name, 1, 1,
                  "the " + name.substr(0, name.size() - 6) + " window of `size` (input 0) values, periodic (default) or "
                  "symmetric, of type output_datatype (default float)");
   d.attrs = {spec_int("output_datatype"), spec_int("periodic")};

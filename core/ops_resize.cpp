@@ -308,8 +308,7 @@ OpDef upsample_op() {
                         "mode nearest or linear (deprecated since opset 10)");
   d.attrs = {spec_string("mode"), ops::spec_floats("scales")};
   d.forward = [](const Node& n, const Tensors& in, const RunContext&) -> Tensors {
-    Resizing r;
-    r.mode = parse_mode(n);
+    Resizing r = resizing_of(n);
     PARE_CHECK(r.mode != Mode::kCubic, n.describe(), ": Upsample mode must be nearest or linear");
     r.coord = "asymmetric";
     r.nearest = "simple";

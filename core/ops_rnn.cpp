@@ -7,7 +7,6 @@
 // sequence_lens: a batch entry's steps after its length leave its state unchanged and give zeros
 // in Y (as ONNX Runtime does); the reverse direction reverses each sequence within its length.
 #include <cctype>
-#include <map>
 #include <variant>
 
 #include "core/op_registry.h"
@@ -70,17 +69,18 @@ std::vector<Activation> activations_of(const Node& n, Cell cell, int64_t directi
   for (const auto& raw : names) {
     Activation a;
     for (char c : raw) a.name += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    static const std::map<std::string, std::pair<double, double>> known = {
-        {"sigmoid", {0, 0}}, {"tanh", {0, 0}}, {"relu", {0, 0}}, {"affine", {1, 0}}, {"leakyrelu", {0.01, 0}},
-        {"thresholdedrelu", {1, 0}}, {"scaledtanh", {1, 1}}, {"hardsigmoid", {0.2, 0.5}}, {"elu", {1, 0}},
-        {"softsign", {0, 0}}, {"softplus", {0, 0}}};
-    auto it = known.find(a.name);
-    PARE_CHECK(it != known.end(), n.describe(), ": unknown activation '", raw, "'");
-    const bool has_alpha = a.name == "affine" || a.name == "leakyrelu" || a.name == "thresholdedrelu" ||
-                           a.name == "scaledtanh" || a.name == "hardsigmoid" || a.name == "elu";
-    const bool has_beta = a.name == "affine" || a.name == "scaledtanh" || a.name == "hardsigmoid";
-    a.alpha = has_alpha && ai < alphas.size() ? alphas[ai++] : it->second.first;
-    a.beta = has_beta && bi < betas.size() ? betas[bi++] : it->second.second;
+    // Name, then whether it takes alpha and beta, with their defaults.
+    struct Known { const char* name; bool alpha; double alpha_def; bool beta; double beta_def; };
+    static const Known known[] = {
+        {"sigmoid", false, 0, false, 0},     {"tanh", false, 0, false, 0},       {"relu", false, 0, false, 0},
+        {"affine", true, 1, true, 0},        {"leakyrelu", true, 0.01, false, 0}, {"thresholdedrelu", true, 1, false, 0},
+        {"scaledtanh", true, 1, true, 1},    {"hardsigmoid", true, 0.2, true, 0.5}, {"elu", true, 1, false, 0},
+        {"softsign", false, 0, false, 0},    {"softplus", false, 0, false, 0}};
+    const Known* k = nullptr;
+    for (const auto& e : known) if (a.name == e.name) k = &e;
+    PARE_CHECK(k != nullptr, n.describe(), ": unknown activation '", raw, "'");
+    a.alpha = k->alpha && ai < alphas.size() ? alphas[ai++] : k->alpha_def;
+    a.beta = k->beta && bi < betas.size() ? betas[bi++] : k->beta_def;
     out.push_back(a);
   }
   return out;
@@ -114,10 +114,17 @@ Tensors run_direction(const Settings& s, const at::Tensor& x, const Weights& wt,
   // Input projections for every step at once: [seq, batch, G*h].
   at::Tensor xw = at::matmul(x, wt.w.t());
   if (wt.wb.defined()) xw = xw + wt.wb;
+  // The recurrent projection of every gate, but for GRU's h gate without linear_before_reset,
+  // which projects r * h instead (below): its rows are left out of the per-step matmul.
+  const bool late_h = s.cell == Cell::kGru && !s.linear_before_reset;
+  const at::Tensor r_step = late_h ? wt.r.narrow(0, 0, 2 * H) : wt.r;
+  const at::Tensor rb_step = wt.rb.defined() && late_h ? wt.rb.narrow(0, 0, 2 * H) : wt.rb;
+  const at::Tensor r_h = late_h ? wt.r.narrow(0, 2 * H, H).t() : at::Tensor();
+  const at::Tensor rb_h = wt.rb.defined() && late_h ? wt.rb.narrow(0, 2 * H, H) : at::Tensor();
   std::vector<at::Tensor> ys;
   for (int64_t t = 0; t < x.size(0); ++t) {
-    at::Tensor hr = at::matmul(h, wt.r.t());
-    if (wt.rb.defined() && s.cell != Cell::kGru) hr = hr + wt.rb;
+    at::Tensor hr = at::matmul(h, r_step.t());
+    if (rb_step.defined()) hr = hr + rb_step;
     at::Tensor h_new, c_new;
     if (s.cell == Cell::kLstm) {
       at::Tensor g = xw[t] + hr;  // gates i, o, f, c
@@ -132,20 +139,14 @@ Tensors run_direction(const Settings& s, const at::Tensor& x, const Weights& wt,
       h_new = activate(act[0], gate(go)) * activate(act[2], c_new);
     } else if (s.cell == Cell::kGru) {
       at::Tensor xg = xw[t];  // gates z, r, h
-      at::Tensor rz = hr.narrow(1, 0, H), rr = hr.narrow(1, H, H), rh = hr.narrow(1, 2 * H, H);
-      if (wt.rb.defined()) {
-        rz = rz + wt.rb.narrow(0, 0, H);
-        rr = rr + wt.rb.narrow(0, H, H);
-      }
-      at::Tensor z = activate(act[0], gate(xg.narrow(1, 0, H) + rz));
-      at::Tensor r = activate(act[0], gate(xg.narrow(1, H, H) + rr));
-      at::Tensor rbh = wt.rb.defined() ? wt.rb.narrow(0, 2 * H, H) : at::Tensor();
+      at::Tensor z = activate(act[0], gate(xg.narrow(1, 0, H) + hr.narrow(1, 0, H)));
+      at::Tensor r = activate(act[0], gate(xg.narrow(1, H, H) + hr.narrow(1, H, H)));
       at::Tensor hh;
-      if (s.linear_before_reset) {
-        hh = r * (rbh.defined() ? rh + rbh : rh);
+      if (late_h) {
+        hh = at::matmul(r * h, r_h);
+        if (rb_h.defined()) hh = hh + rb_h;
       } else {
-        hh = at::matmul(r * h, wt.r.narrow(0, 2 * H, H).t());
-        if (rbh.defined()) hh = hh + rbh;
+        hh = r * hr.narrow(1, 2 * H, H);  // (h Rh^T + Rbh), reset after the projection
       }
       at::Tensor cand = activate(act[1], gate(xg.narrow(1, 2 * H, H) + hh));
       h_new = (1 - z) * cand + z * h;

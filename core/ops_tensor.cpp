@@ -28,12 +28,6 @@ std::vector<int64_t> axes_from(const Node& n, const Tensors& in, size_t i) {
   return n.attr_ints("axes");
 }
 
-// An op that moves or makes data: no arithmetic, 0 FLOPs.
-OpDef make(const std::string& name, int in_min, int in_max, std::string doc) {
-  OpDef d = ops::op_def(name, in_min, in_max, std::move(doc));
-  d.flops = flops_per_output(0);
-  return d;
-}
 
 at::Tensor slice_axis(const at::Tensor& x, int64_t axis, int64_t start, int64_t end, int64_t step) {
   const int64_t dim = x.size(axis);
@@ -72,7 +66,7 @@ at::Tensor constant_value(const Node& n) {
 }
 
 OpDef shape_op() {
-  OpDef d = make("Shape", 1, 1, "the input's shape as int64 [start:end] (opset 15 start/end)");
+  OpDef d = ops::data_op("Shape", 1, 1, "the input's shape as int64 [start:end] (opset 15 start/end)");
   d.attrs = {spec_int("end"), spec_int("start")};
   d.forward = [](const Node& n, const Tensors& in, const RunContext&) -> Tensors {
     const auto sizes = in.at(0).sizes().vec();
@@ -87,7 +81,7 @@ OpDef shape_op() {
 }
 
 OpDef size_op() {
-  OpDef d = make("Size", 1, 1, "the input's element count as an int64 scalar");
+  OpDef d = ops::data_op("Size", 1, 1, "the input's element count as an int64 scalar");
   d.forward = [](const Node&, const Tensors& in, const RunContext&) -> Tensors {
     return {ops::int64_scalar(in.at(0).numel())};
   };
@@ -95,7 +89,7 @@ OpDef size_op() {
 }
 
 OpDef gather_op() {
-  OpDef d = make("Gather", 2, 2,
+  OpDef d = ops::data_op("Gather", 2, 2,
                  "takes slices of data along `axis` at `indices` (negative indices count from "
                  "the end); out = data[:axis] + indices.shape + data[axis+1:]");
   d.attrs = {spec_int("axis")};
@@ -114,7 +108,7 @@ OpDef gather_op() {
 }
 
 OpDef gather_elements_op() {
-  OpDef d = make("GatherElements", 2, 2,
+  OpDef d = ops::data_op("GatherElements", 2, 2,
                  "out[i][j] = data[index[i][j]][j] along `axis` (negative indices allowed)");
   d.attrs = {spec_int("axis")};
   d.forward = [](const Node& n, const Tensors& in, const RunContext&) -> Tensors {
@@ -128,7 +122,7 @@ OpDef gather_elements_op() {
 }
 
 OpDef reshape_op() {
-  OpDef d = make("Reshape", 2, 2,
+  OpDef d = ops::data_op("Reshape", 2, 2,
                  "reshapes to `shape`: 0 copies the input dim (unless allowzero=1), -1 infers");
   d.attrs = {spec_int("allowzero")};
   d.forward = [](const Node& n, const Tensors& in, const RunContext&) -> Tensors {
@@ -152,7 +146,7 @@ OpDef reshape_op() {
 }
 
 OpDef transpose_op() {
-  OpDef d = make("Transpose", 1, 1, "permutes the dims by `perm` (default: reversed)");
+  OpDef d = ops::data_op("Transpose", 1, 1, "permutes the dims by `perm` (default: reversed)");
   d.attrs = {spec_ints("perm")};
   d.forward = [](const Node& n, const Tensors& in, const RunContext&) -> Tensors {
     const at::Tensor& x = in.at(0);
@@ -167,7 +161,7 @@ OpDef transpose_op() {
 }
 
 OpDef slice_op() {
-  OpDef d = make("Slice", 3, 5,
+  OpDef d = ops::data_op("Slice", 3, 5,
                  "data[starts:ends:steps] along `axes` (inputs; negative steps walk backwards)");
   d.forward = [](const Node& n, const Tensors& in, const RunContext&) -> Tensors {
     at::Tensor x = in.at(0);
@@ -195,7 +189,7 @@ OpDef slice_op() {
 // AllReduce or AllGather, the collectives of a tensor-parallel shard (com.microsoft, as ONNX
 // Runtime's distributed contrib ops): run through the RunContext's collective, which dist/ sets.
 OpDef collective_op(const std::string& name) {
-  OpDef d = make(name, 1, 1,
+  OpDef d = ops::data_op(name, 1, 1,
                  name == "AllReduce"
                      ? "com.microsoft: the sum of the input over the ranks of a tensor-parallel group"
                      : "com.microsoft: the ranks' inputs joined along `axis` in rank order");
@@ -209,7 +203,7 @@ OpDef collective_op(const std::string& name) {
 }
 
 OpDef concat_op() {
-  OpDef d = make("Concat", 1, -1, "joins the inputs along `axis`");
+  OpDef d = ops::data_op("Concat", 1, -1, "joins the inputs along `axis`");
   d.attrs = {{"axis", AttrKind::kInt, true}};
   d.forward = [](const Node& n, const Tensors& in, const RunContext&) -> Tensors {
     PARE_CHECK(!in.empty(), n.describe(), ": Concat needs at least one input");
@@ -220,7 +214,7 @@ OpDef concat_op() {
 }
 
 OpDef unsqueeze_op() {
-  OpDef d = make("Unsqueeze", 1, 2,
+  OpDef d = ops::data_op("Unsqueeze", 1, 2,
                  "inserts size-1 dims at `axes` of the output (input since opset 13)");
   d.attrs = {spec_ints("axes")};  // opset < 13
   d.forward = [](const Node& n, const Tensors& in, const RunContext&) -> Tensors {
@@ -238,7 +232,7 @@ OpDef unsqueeze_op() {
 }
 
 OpDef squeeze_op() {
-  OpDef d = make("Squeeze", 1, 2,
+  OpDef d = ops::data_op("Squeeze", 1, 2,
                  "removes the size-1 dims at `axes` (input since opset 13), or all of them");
   d.attrs = {spec_ints("axes")};  // opset < 13
   d.forward = [](const Node& n, const Tensors& in, const RunContext&) -> Tensors {
@@ -262,7 +256,7 @@ OpDef squeeze_op() {
 }
 
 OpDef constant_op() {
-  OpDef d = make("Constant", 0, 0, "a constant tensor from one of its value* attributes");
+  OpDef d = ops::data_op("Constant", 0, 0, "a constant tensor from one of its value* attributes");
   d.attrs = {spec_tensor("value"),       spec_float("value_float"), spec_floats("value_floats"),
              spec_int("value_int"),      spec_ints("value_ints"),   spec_string("value_string"),
              spec_strings("value_strings")};
@@ -275,7 +269,7 @@ OpDef constant_op() {
 }
 
 OpDef constant_of_shape_op() {
-  OpDef d = make("ConstantOfShape", 1, 1,
+  OpDef d = ops::data_op("ConstantOfShape", 1, 1,
                  "a tensor of the given shape filled with `value` (default float 0)");
   d.attrs = {spec_tensor("value")};
   d.forward = [](const Node& n, const Tensors& in, const RunContext&) -> Tensors {
@@ -289,7 +283,7 @@ OpDef constant_of_shape_op() {
 }
 
 OpDef expand_op() {
-  OpDef d = make("Expand", 2, 2,
+  OpDef d = ops::data_op("Expand", 2, 2,
                  "broadcasts the input against `shape` (numpy rules, both ways)");
   d.forward = [](const Node& n, const Tensors& in, const RunContext&) -> Tensors {
     const at::Tensor& x = in.at(0);
@@ -307,7 +301,7 @@ OpDef expand_op() {
 }
 
 OpDef split_op() {
-  OpDef d = make("Split", 1, 2,
+  OpDef d = ops::data_op("Split", 1, 2,
                  "splits along `axis` by the `split` sizes (input since opset 13) or into equal "
                  "parts, one per output");
   d.outputs_max = -1;
@@ -335,7 +329,7 @@ OpDef split_op() {
 }
 
 OpDef range_op() {
-  OpDef d = make("Range", 3, 3, "start, start + delta, ... up to (excluding) limit");
+  OpDef d = ops::data_op("Range", 3, 3, "start, start + delta, ... up to (excluding) limit");
   d.forward = [](const Node& n, const Tensors& in, const RunContext&) -> Tensors {
     const at::Tensor& start = in.at(0);
     const double s = start.item<double>(), l = in.at(1).item<double>(), dl = in.at(2).item<double>();
@@ -351,7 +345,7 @@ OpDef range_op() {
 }
 
 OpDef tile_op() {
-  OpDef d = make("Tile", 2, 2, "repeats the input `repeats[i]` times along each dim i");
+  OpDef d = ops::data_op("Tile", 2, 2, "repeats the input `repeats[i]` times along each dim i");
   d.forward = [](const Node& n, const Tensors& in, const RunContext&) -> Tensors {
     const at::Tensor& x = in.at(0);
     const std::vector<int64_t> repeats = to_int_vector(in.at(1));
@@ -364,7 +358,7 @@ OpDef tile_op() {
 }
 
 OpDef pad_op() {
-  OpDef d = make("Pad", 1, 4,
+  OpDef d = ops::data_op("Pad", 1, 4,
                  "pads by `pads` [x1_begin, ..., x1_end, ...] (input since opset 11) in mode "
                  "constant, reflect or edge");
   d.attrs = {spec_string("mode"), spec_ints("pads"), spec_float("value")};  // pads/value: opset < 11
@@ -432,7 +426,7 @@ OpDef pad_op() {
 // ArgMax or ArgMin.
 OpDef arg_extreme_op(const std::string& name) {
   const bool is_max = name == "ArgMax";
-  OpDef d = make(name, 1, 1,
+  OpDef d = ops::data_op(name, 1, 1,
                  is_max ? "int64 index of the maximum along `axis`"
                         : "int64 index of the minimum along `axis`");
   d.attrs = {spec_int("axis"), spec_int("keepdims"), spec_int("select_last_index")};

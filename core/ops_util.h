@@ -99,6 +99,13 @@ inline at::Tensor reversed_steps(int64_t steps, const at::Tensor& lens) {
   return at::where(t.lt(l), l - 1 - t, t);
 }
 
+/// An op that moves or makes data, with no arithmetic: 0 FLOPs (the tensor and index families).
+inline OpDef data_op(std::string name, int inputs_min, int inputs_max, std::string doc) {
+  OpDef d = op_def(std::move(name), inputs_min, inputs_max, std::move(doc));
+  d.flops = flops_per_output(0);
+  return d;
+}
+
 /// Unpacks 4-bit values stored two per byte, low nibble first: [..., n] uint8 -> [..., 2n] float
 /// (MatMulNBits' weights and zero points).
 inline at::Tensor unpack_nibbles(const at::Tensor& packed) {
