@@ -2,7 +2,7 @@
 #   make demo   install what is missing, build, run the main pipeline on Fashion-MNIST
 #   make test   install what is missing, build, run the whole test suite
 #   make fuzz   the parsers' libFuzzer targets, FUZZ_SECONDS each (tests/fuzz/run)
-#   make sanitize  the parsers', dist/ and launcher tests built with ASan + UBSan (tests/fuzz/sanitize)
+#   make sanitize  the parsers', dist/, launcher and bad-input tests built with ASan + UBSan (tests/fuzz/sanitize)
 BUILD ?= build
 JOBS ?= $(shell nproc)
 STAMP := .deps-stamp
@@ -36,7 +36,7 @@ test: build
 fuzz: $(STAMP)
 	tests/fuzz/run
 
-# The sanitizer job: tests/core's parser tests, tests/dist and tests/cli/launch_test.sh built with
+# The sanitizer job: tests/core's parser tests, tests/dist, tests/cli/launch_test.sh and bad_input_test.sh with
 # clang-16, AddressSanitizer and UndefinedBehaviorSanitizer (tests/fuzz); any report fails it.
 sanitize: $(STAMP)
 	tests/fuzz/sanitize

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <ATen/Parallel.h>  // at::set_num_threads
 #include <immintrin.h>
 
 #include <algorithm>

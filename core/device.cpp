@@ -15,7 +15,7 @@ at::Device cuda_device(const std::string& spec, int index) {
   PARE_CHECK_OPTION(n > 0, "device", spec, ": libtorch has CUDA but sees no GPU on this machine (check "
                     "nvidia-smi and CUDA_VISIBLE_DEVICES)");
   PARE_CHECK_OPTION(index >= 0 && index < n, "device", spec, ": GPU ", index, " does not exist; this machine has ",
-                    n, " (cuda:0", n > 1 ? detail::concat(" to cuda:", n - 1) : std::string(), ")",
+                    n, " (cuda:0", n > 1 ? pare::detail::concat(" to cuda:", n - 1) : std::string(), ")",
                     spec == "cuda" ? "; under a launcher 'cuda' takes GPU LOCAL_RANK: start at most one rank per GPU"
                                    : "");
   return at::Device(at::kCUDA, static_cast<at::DeviceIndex>(index));

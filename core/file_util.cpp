@@ -2,10 +2,15 @@
 
 #include <fcntl.h>
 #include <stdio.h>  // renameat2
+#include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <climits>
+#include <cstdint>
+#include <cstdlib>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -44,10 +49,54 @@ std::string join_path(const std::string& dir, const std::string& rel) {
   return dir.back() == '/' ? dir + rel : dir + "/" + rel;
 }
 
+namespace {
+
+// A temporary file of write_file_atomic: PATH.tmp.PID.N. Returns PID, or 0 if `name` is not one of
+// `base`'s.
+pid_t temporary_owner(const std::string& name, const std::string& base) {
+  const std::string prefix = base + ".tmp.";
+  if (name.compare(0, prefix.size(), prefix) != 0) return 0;
+  const char* p = name.c_str() + prefix.size();
+  char* end = nullptr;
+  errno = 0;
+  const long pid = std::strtol(p, &end, 10);
+  if (errno != 0 || end == p || *end != '.' || pid <= 0 || pid > INT32_MAX) return 0;
+  const char* n = end + 1;
+  if (*n == '\0' || std::strspn(n, "0123456789") != std::strlen(n)) return 0;
+  return static_cast<pid_t>(pid);
+}
+
+// Removes the temporary files of `path` that killed writers left (a SIGKILL, a power cut). One is
+// stale when its process no longer runs here and nobody holds its lock: every writer holds an
+// flock on its temporary file while it writes, which the kernel drops when the process dies, and
+// which NFS carries to the other hosts that share the folder (where the PID means nothing).
+void remove_stale_temporaries(const std::string& path) {
+  const std::string dir = dir_name(path);
+  const std::string base = std::filesystem::path(path).filename().string();
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    const pid_t pid = temporary_owner(name, base);
+    if (pid == 0 || pid == ::getpid() || ::kill(pid, 0) == 0 || errno != ESRCH) continue;
+    const std::string file = join_path(dir, name);
+    const int fd = ::open(file.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) continue;
+    if (::flock(fd, LOCK_EX | LOCK_NB) == 0) ::unlink(file.c_str());
+    ::close(fd);
+  }
+}
+
+}  // namespace
+
 void write_file_atomic(const std::string& path, const std::function<void(std::ostream&)>& write) {
   static std::atomic<unsigned> counter{0};
   const std::string tmp =
       path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
+  // Held until the file is renamed (or removed): while it is, no other pare takes the file for a
+  // killed writer's (remove_stale_temporaries).
+  const int lock = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (lock < 0) throw Error("cannot write '" + path + "': " + std::strerror(errno));
+  ::flock(lock, LOCK_EX | LOCK_NB);
   try {
     {
       std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
@@ -56,17 +105,16 @@ void write_file_atomic(const std::string& path, const std::function<void(std::os
       out.flush();
       if (!out.good()) throw Error("write to '" + path + "' failed: " + std::strerror(errno));
     }
-    int fd = ::open(tmp.c_str(), O_RDONLY);
-    if (fd >= 0) {
-      ::fsync(fd);
-      ::close(fd);
-    }
+    ::fsync(lock);
     if (std::rename(tmp.c_str(), path.c_str()) != 0)
       throw Error("cannot rename '" + tmp + "' to '" + path + "': " + std::strerror(errno));
   } catch (...) {
     std::remove(tmp.c_str());
+    ::close(lock);
     throw;
   }
+  ::close(lock);
+  remove_stale_temporaries(path);
 }
 
 void write_file_atomic(const std::string& path, std::string_view data) {

@@ -18,7 +18,8 @@ bool file_exists(const std::string& path);
 
 /// Writes `path` atomically: `write` fills a temporary file next to `path`, which is flushed,
 /// fsync'ed and renamed over `path`. If `write` throws (or the process dies), `path` is untouched
-/// and the temporary file is removed (or, after a crash, left under a `.tmp.` name).
+/// and the temporary file is removed. After a crash it is left as `PATH.tmp.PID.N`, never as `path`;
+/// the next write of `path` removes such files of processes that are gone.
 /// Throws Error if the directory is not writable.
 void write_file_atomic(const std::string& path, const std::function<void(std::ostream&)>& write);
 

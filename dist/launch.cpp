@@ -394,7 +394,7 @@ void validate(const LaunchOptions& o) {
   PARE_CHECK_OPTION(o.master_port >= 0 && o.master_port < 65536, "master_port", "must lie in [0, 65535], got ",
                     o.master_port);
   if (o.nnodes > 1 && o.master_port <= 0)
-    throw InputError(detail::concat("nnodes ", o.nnodes, " needs master_port (and master_addr) shared by every node"))
+    throw InputError(pare::detail::concat("nnodes ", o.nnodes, " needs master_port (and master_addr) shared by every node"))
         .about("nnodes").about("master_port").about("master_addr");
   if (o.nnodes > 1 && o.max_restarts != 0)
     throw InputError("max_restarts needs every node to restart together, which needs a rendezvous; "

@@ -172,7 +172,7 @@ class C10dGroup : public ProcessGroup {
 
   [[noreturn]] void fail(const char* what, const std::string& why) {
     pending_.clear();
-    throw Error(detail::concat("rank ", rank_, " of ", size_, ": ", what, " failed: another rank died, or did not ",
+    throw Error(pare::detail::concat("rank ", rank_, " of ", size_, ": ", what, " failed: another rank died, or did not ",
                                "take part within the timeout of ", timeout_.count() / 1000.0, " s (--timeout): ", why));
   }
 

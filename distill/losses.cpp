@@ -88,7 +88,7 @@ const at::Tensor& lookup(const std::unordered_map<std::string, at::Tensor>& valu
   for (const auto& kv : values) names.insert(kv.first);
   std::string have;
   for (const auto& n : names) have += (have.empty() ? "" : ", ") + n;
-  throw InputError(detail::concat(wanted_by, " needs the ", side, " value \"", name,
+  throw InputError(pare::detail::concat(wanted_by, " needs the ", side, " value \"", name,
                                   "\". However, the ", side, " returned only: ",
                                   have.empty() ? "(nothing)" : have));
 }

@@ -449,7 +449,7 @@ std::unique_ptr<Teacher> load_teacher(const std::string& spec, uint64_t seed, Te
   const bool cache = spec.rfind("cache:", 0) == 0;
   if (engine == TeacherEngine::kRt) {
     if (cache || !is_graph_spec(spec))
-      throw InputError(detail::concat("teacher_engine rt runs ONNX and zoo teachers on pare_rt; '", spec, "' is ",
+      throw InputError(pare::detail::concat("teacher_engine rt runs ONNX and zoo teachers on pare_rt; '", spec, "' is ",
                                       cache ? "a teacher cache" : "TorchScript", " (use the torch engine)"))
           .about("teacher_engine");
     return std::make_unique<RtTeacher>(spec, seed);

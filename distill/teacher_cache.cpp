@@ -99,10 +99,12 @@ TeacherCacheReport write_teacher_cache(Teacher& teacher, const std::string& teac
   PARE_CHECK_OPTION(o.batch_size >= 1, "batch_size", "must be at least 1, got ", o.batch_size);
   PARE_CHECK(ds.size() > 0, "the dataset '", data, "' is empty");
   const auto t0 = std::chrono::steady_clock::now();
+  const int64_t classes = teacher.num_classes(ds.x.narrow(0, 0, 1));
+  PARE_CHECK(classes <= kTeacherCacheMaxClasses, teacher.describe(), " has ", classes,
+             " classes; a teacher cache holds at most ", kTeacherCacheMaxClasses, " (2^24)");
   const int rank = pg ? pg->rank() : 0, world = pg ? pg->size() : 1;
   StagedDir staged(dir, rank, pg);
   const int64_t n = ds.size(), begin = n * rank / world, end = n * (rank + 1) / world;
-  const int64_t classes = teacher.num_classes(ds.x.narrow(0, 0, 1));
   const bool sampled = o.sample > 0;
   const int64_t k = sampled ? o.sample : std::min(o.top_k, classes);
   // Class indices in 16 bits when they fit (every vocabulary below 32767), else 32.
@@ -181,7 +183,7 @@ void CachedTeacher::check(const core::TensorDataset& ds, double temperature) con
              cache_.samples, " rows, checksum ", cache_.checksum, ") than '", ds.name, "' (", ds.size(), " rows, checksum ",
              dataset_checksum(ds), "); rebuild it from the same data, normalized the same way");
   if (std::abs(temperature - cache_.temperature) >= 1e-9)
-    throw InputError(detail::concat(describe(), " holds the teacher's distribution at T=", cache_.temperature,
+    throw InputError(pare::detail::concat(describe(), " holds the teacher's distribution at T=", cache_.temperature,
                                     "; distill with temperature ", cache_.temperature, " (or rebuild the cache at T=",
                                     temperature, ")"))
         .about("temperature");

@@ -59,6 +59,9 @@ std::string dataset_checksum(const core::TensorDataset& ds);
 
 /// The index's "format".
 extern const char* const kTeacherCacheFormat;
+/// The most classes a cache holds (2^24, beyond any vocabulary): reading a batch builds dense
+/// [batch, classes] targets, so the reader refuses more, and the writer refuses a teacher with more.
+constexpr int64_t kTeacherCacheMaxClasses = int64_t{1} << 24;
 /// DIR/shard-RANK.WHAT.npy, WHAT one of classes, probs, rest.
 std::string teacher_cache_shard(const std::string& dir, int rank, const char* what);
 

@@ -23,8 +23,6 @@ std::string teacher_cache_shard(const std::string& dir, int rank, const char* wh
 
 namespace {
 
-constexpr int64_t kMaxClasses = int64_t{1} << 24;
-
 // A shard's tensor: `what` of rank `rank`, of `dim` dims and `rows` rows, integer or floating.
 at::Tensor read_shard(const std::string& dir, int rank, const char* what, int64_t dim, int64_t rows, bool integer) {
   const std::string path = teacher_cache_shard(dir, rank, what);
@@ -58,8 +56,8 @@ TeacherCacheFile TeacherCacheFile::read(const std::string& dir) {
     c.classes = json_int_at<int64_t>(j, "classes");
     // Reading a batch builds dense [batch, classes] targets: a class count beyond any vocabulary is
     // refused here rather than as an allocation failure in the middle of a run.
-    PARE_CHECK(c.samples >= 1 && c.classes >= 1 && c.classes <= kMaxClasses, "samples (", c.samples,
-               ") must be at least 1 and classes (", c.classes, ") in [1, ", kMaxClasses, "]");
+    PARE_CHECK(c.samples >= 1 && c.classes >= 1 && c.classes <= kTeacherCacheMaxClasses, "samples (", c.samples,
+               ") must be at least 1 and classes (", c.classes, ") in [1, ", kTeacherCacheMaxClasses, "]");
     c.temperature = j.at("temperature").get<double>();
     PARE_CHECK(c.temperature > 0 && std::isfinite(c.temperature), "temperature must be > 0, got ", c.temperature);
     c.checksum = j.at("checksum").get<std::string>();

@@ -504,7 +504,7 @@ bool Trainer::load_checkpoint(State& st, int64_t batches) {
     const uint64_t seed = json_int_at<uint64_t>(j, "seed");
     const int64_t batch_size = json_int_at<int64_t>(j, "batch_size");
     if (seed != opts_.seed_ || batch_size != opts_.batch_size_ || j.at("optimizer").get<std::string>() != opts_.optimizer_)
-      throw InputError(detail::concat("'", path, "' was written by a run with seed ", seed,
+      throw InputError(pare::detail::concat("'", path, "' was written by a run with seed ", seed,
                                       ", batch_size ", batch_size, " and optimizer ",
                                       j.at("optimizer").get<std::string>(), "; resume with the same options"))
           .about("seed")

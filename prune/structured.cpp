@@ -275,7 +275,7 @@ std::map<int, std::vector<int64_t>> choose_channels(const ChannelGraph& cg,
     std::string src_names;
     for (auto& s : gi.sources) src_names += (src_names.empty() ? "" : ", ") + s;
     if (keep < 1)
-      throw InputError(detail::concat("structured pruning at sparsity ", opts.sparsity_,
+      throw InputError(pare::detail::concat("structured pruning at sparsity ", opts.sparsity_,
                                       " would remove every one of the ", gi.channels, " channels of ", src_names,
                                       "; use a lower sparsity or exclude ",
                                       gi.sources.empty() ? "" : gi.sources.front()))

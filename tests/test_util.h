@@ -16,9 +16,24 @@
 
 #include "core/data.h"
 #include "core/error.h"
+#include "core/file_util.h"
 #include "core/op_registry.h"
 
 namespace pare::testing {
+
+/// Writes a hand-made or hostile file whole, as pare writes its own.
+inline void write_bytes(const std::string& path, const std::string& bytes) { write_file_atomic(path, bytes); }
+
+/// Same dtype, same sizes, same bytes.
+inline ::testing::AssertionResult bitwise_equal(const at::Tensor& a, const at::Tensor& b) {
+  if (a.scalar_type() != b.scalar_type())
+    return ::testing::AssertionFailure() << "dtype " << a.scalar_type() << " vs " << b.scalar_type();
+  if (a.sizes() != b.sizes()) return ::testing::AssertionFailure() << "sizes " << a.sizes() << " vs " << b.sizes();
+  at::Tensor ca = a.contiguous(), cb = b.contiguous();
+  if (ca.nbytes() && std::memcmp(ca.data_ptr(), cb.data_ptr(), ca.nbytes()) != 0)
+    return ::testing::AssertionFailure() << "bytes differ";
+  return ::testing::AssertionSuccess();
+}
 
 /// A fresh folder under the GoogleTest temp dir, removed with its files at the end of the scope.
 class TempDir {

@@ -76,7 +76,9 @@ void infer_numeric_same(InferCtx& c) {
 
 void ref_unary(RefCtx& c) {
   const Unary& u = *unary_of(c.node.op);
-  auto [a, b] = unary_params(u, c.attrs());
+  // Named variables, not a structured binding: clang 16 crashes on one used in an OpenMP loop.
+  const std::pair<float, float> ab = unary_params(u, c.attrs());
+  const float a = ab.first, b = ab.second;
   const int64_t n = c.in[0].numel();
   if (c.in[0].dtype != DType::kFloat32) {  // Abs / Neg of integers
     ops::dispatch(c.in[0].dtype, [&](auto t) {

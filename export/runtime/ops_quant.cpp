@@ -140,10 +140,16 @@ void ref_dequantize(RefCtx& c) {
 // y = saturate(round(x / scale) + zero) of a plain float tensor, written with `dst_strides` (row-major,
 // or NHWC for an int8 conv): ONNX divides, where a oneDNN reorder would multiply by 1/scale and
 // round differently on ties.
-// Compiled for AVX2 as well as the baseline (the division is the cost: 8 lanes instead of 4).
+// Compiled for AVX2 as well as the baseline (the division is the cost: 8 lanes instead of 4), by
+// GCC; clang (the sanitizer build) does not multiversion templates and compiles the baseline only.
+#if defined(__clang__)
+#define PARE_AVX2_CLONES
+#else
+#define PARE_AVX2_CLONES __attribute__((target_clones("avx2", "default")))
+#endif
 template <class T>
-__attribute__((target_clones("avx2", "default"))) void quantize_run(const float* __restrict x, T* __restrict y, int64_t n,
-                                                                   int64_t y_stride, float scale, float zp) {
+PARE_AVX2_CLONES void quantize_run(const float* __restrict x, T* __restrict y, int64_t n,
+                                    int64_t y_stride, float scale, float zp) {
   if (y_stride == 1) {  // its own loop: the vectorizer wants a known unit stride
     for (int64_t k = 0; k < n; ++k) y[k] = quantize_value<T>(x[k] / scale, zp);
   } else {

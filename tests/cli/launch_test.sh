@@ -2,8 +2,6 @@
 # pare launch: torchrun's environment for each worker, rank-prefixed output, a failed or killed
 # worker stops the others and names the rank (within 10 s), --max-restarts resumes a training run
 # from its checkpoint to the same result, SIGTERM is forwarded, and no worker outlives the job.
-# PARE_LAUNCH_ONLY=1: $PARE has the launch command alone (the sanitizer build's, tests/fuzz/sanitize);
-# checks 4 and 6, whose workers are other pare commands, then use workers that need no more.
 source "$(dirname "$0")/lib.sh"
 tag="pare-launch-test-$$"   # in every worker's command line, to look for orphans
 
@@ -44,11 +42,7 @@ rc=0; wait "$lpid" || rc=$?
 no_orphans "SIGKILL"
 
 # 4. The worker's own error message (TORCHELASTIC_ERROR_FILE) reaches the summary.
-if [ -z "${PARE_LAUNCH_ONLY:-}" ]; then
-  expect_exit 2 "rank 0 .*exit code 2: pare: .*missing.onnx" -- "$PARE" launch -- "$PARE" inspect "$work/missing.onnx"
-else
-  expect_exit 2 "rank 0 .*exit code 2: pare: .*--nproc-per-node" -- "$PARE" launch -- "$PARE" launch --nproc-per-node 0 -- true
-fi
+expect_exit 2 "rank 0 .*exit code 2: pare: .*missing.onnx" -- "$PARE" launch -- "$PARE" inspect "$work/missing.onnx"
 
 # 5. SIGTERM to the launcher is forwarded; it exits 143 and leaves nothing behind.
 "$PARE" launch --nproc-per-node 2 -- sh -c "echo up; exec sleep 60 # $tag" >"$work/term.out" 2>&1 &
@@ -60,18 +54,12 @@ rc=0; wait "$lpid" || rc=$?
 no_orphans "SIGTERM"
 
 # 6. --max-restarts 1: the first attempt dies after its first checkpoint, the restarted worker
-# resumes from it, and the model is byte-identical to an uninterrupted run's. Without pare train:
-# the first attempt fails and the restarted one, told so by TORCHELASTIC_RESTART_COUNT, succeeds.
-if [ -n "${PARE_LAUNCH_ONLY:-}" ]; then
-  expect_exit 0 "restarting all workers \(restart 1 of 1\)" -- "$PARE" launch --nproc-per-node 2 --max-restarts 1 \
-    -- sh -c "[ \$TORCHELASTIC_RESTART_COUNT = 1 ] # $tag"
-  no_orphans "restart"
-else
-  make_npy_data "$work" 256
-  train=("$PARE" train --model mlp:784-32-10 --data "npy:$work/x.npy,$work/y.npy" --epochs 3 --batch-size 16
-         --seed 5 --no-val --quiet --threads 1)
-  "${train[@]}" --out "$work/ref.onnx"
-  cat >"$work/worker.sh" <<WEOF
+# resumes from it, and the model is byte-identical to an uninterrupted run's.
+make_npy_data "$work" 256
+train=("$PARE" train --model mlp:784-32-10 --data "npy:$work/x.npy,$work/y.npy" --epochs 3 --batch-size 16
+       --seed 5 --no-val --quiet --threads 1)
+"${train[@]}" --out "$work/ref.onnx"
+cat >"$work/worker.sh" <<WEOF
 #!/usr/bin/env bash
 # $tag
 if [ "\$TORCHELASTIC_RESTART_COUNT" = 0 ]; then
@@ -82,11 +70,10 @@ if [ "\$TORCHELASTIC_RESTART_COUNT" = 0 ]; then
 fi
 exec ${train[*]} --checkpoint $work/ck --checkpoint-every 5 --resume --out $work/run.onnx
 WEOF
-  chmod +x "$work/worker.sh"
-  expect_exit 0 "restarting all workers \(restart 1 of 1\)" -- "$PARE" launch --max-restarts 1 -- "$work/worker.sh"
-  cmp -s "$work/ref.onnx" "$work/run.onnx" && echo "ok: restarted run identical" || fail "restarted run differs"
-  no_orphans "restart"
-fi
+chmod +x "$work/worker.sh"
+expect_exit 0 "restarting all workers \(restart 1 of 1\)" -- "$PARE" launch --max-restarts 1 -- "$work/worker.sh"
+cmp -s "$work/ref.onnx" "$work/run.onnx" && echo "ok: restarted run identical" || fail "restarted run differs"
+no_orphans "restart"
 
 # 7. Bad usage exits 2 naming the problem.
 expect_exit 2 "no-such-program" -- "$PARE" launch -- no-such-program

@@ -23,18 +23,8 @@ namespace {
 
 using pare::testing::TempDir;
 
-// Hostile and hand-made files are written whole, as pare writes its own.
-void write_bytes(const std::string& path, const std::string& bytes) { write_file_atomic(path, bytes); }
-
-::testing::AssertionResult bitwise_equal(const at::Tensor& a, const at::Tensor& b) {
-  if (a.scalar_type() != b.scalar_type())
-    return ::testing::AssertionFailure() << "dtype " << a.scalar_type() << " vs " << b.scalar_type();
-  if (a.sizes() != b.sizes()) return ::testing::AssertionFailure() << "sizes " << a.sizes() << " vs " << b.sizes();
-  at::Tensor ca = a.contiguous(), cb = b.contiguous();
-  if (ca.nbytes() && std::memcmp(ca.data_ptr(), cb.data_ptr(), ca.nbytes()) != 0)
-    return ::testing::AssertionFailure() << "bytes differ";
-  return ::testing::AssertionSuccess();
-}
+using pare::testing::bitwise_equal;
+using pare::testing::write_bytes;
 
 ::testing::AssertionResult attr_equal(const AttrValue& a, const AttrValue& b) {
   if (a.index() != b.index())

@@ -1,11 +1,16 @@
 #include "core/tensor_io.h"
 
 #include <gtest/gtest.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <stdlib.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
+#include <filesystem>
 #include <sstream>
 
 #include "core/error.h"
@@ -17,24 +22,13 @@ namespace {
 
 using pare::testing::TempDir;
 
-// Hostile and hand-made files are written whole, as pare writes its own.
-void write_bytes(const std::string& path, const std::string& bytes) { write_file_atomic(path, bytes); }
+using pare::testing::bitwise_equal;
+using pare::testing::write_bytes;
 
 void truncate_file(const std::string& path, size_t keep) {
   std::string bytes = read_file(path);
   ASSERT_LT(keep, bytes.size());
   write_bytes(path, bytes.substr(0, keep));
-}
-
-// Same dtype, same sizes, same bytes.
-::testing::AssertionResult bitwise_equal(const at::Tensor& a, const at::Tensor& b) {
-  if (a.scalar_type() != b.scalar_type())
-    return ::testing::AssertionFailure() << "dtype " << a.scalar_type() << " vs " << b.scalar_type();
-  if (a.sizes() != b.sizes()) return ::testing::AssertionFailure() << "sizes " << a.sizes() << " vs " << b.sizes();
-  at::Tensor ca = a.contiguous(), cb = b.contiguous();
-  if (ca.nbytes() && std::memcmp(ca.data_ptr(), cb.data_ptr(), ca.nbytes()) != 0)
-    return ::testing::AssertionFailure() << "bytes differ";
-  return ::testing::AssertionSuccess();
 }
 
 at::Tensor sample(at::ScalarType type, at::IntArrayRef shape) {
@@ -346,6 +340,49 @@ TEST(Safetensors, RejectsTypesItCannotStore) {
   EXPECT_THROW(save_safetensors({{"c", at::zeros({2}, at::kComplexFloat)}}, dir.file("c.safetensors")),
                InputError);
   EXPECT_FALSE(file_exists(dir.file("c.safetensors")));
+}
+
+// A writer killed mid-write leaves PATH.tmp.PID.N (never PATH); the next write of PATH removes the
+// files of writers that are gone, and nothing else: not a live process's, not one whose lock is held
+// (a writer on another host sharing the folder), not another file's.
+TEST(FileUtil, AWriteRemovesWhatKilledWritersOfTheSameFileLeft) {
+  TempDir dir;
+  const std::string path = dir.file("model.onnx");
+  const pid_t killed = ::fork();
+  ASSERT_GE(killed, 0);
+  if (killed == 0) {
+    write_file_atomic(path, [](std::ostream& out) {
+      out << "half of a model";
+      out.flush();
+      ::raise(SIGKILL);
+    });
+    ::_exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(killed, &status, 0), killed);
+  ASSERT_TRUE(WIFSIGNALED(status));
+  std::string left;  // PATH.tmp.PID.N, N the process's count of writes so far
+  for (const auto& e : std::filesystem::directory_iterator(dir.path()))
+    if (e.path().filename().string().rfind("model.onnx.tmp." + std::to_string(killed) + ".", 0) == 0) left = e.path();
+  ASSERT_TRUE(file_exists(left)) << "no temporary file of process " << killed << " in " << dir.path();
+  EXPECT_FALSE(file_exists(path));
+
+  const std::string dead = std::to_string(killed);
+  const std::string locked = path + ".tmp." + dead + ".7", alive = path + ".tmp." + std::to_string(::getppid()) + ".0",
+                    other = dir.file("other.onnx.tmp." + dead + ".0"), odd = path + ".tmp." + dead + ".x";
+  for (const auto& f : {locked, alive, other, odd}) write_bytes(f, "kept");
+  const int fd = ::open(locked.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::flock(fd, LOCK_EX), 0);
+
+  write_file_atomic(path, std::string("a whole model"));
+  EXPECT_EQ(read_file(path), "a whole model");
+  EXPECT_FALSE(file_exists(left));
+  for (const auto& f : {locked, alive, other, odd}) EXPECT_TRUE(file_exists(f)) << f;
+  ::close(fd);
+  write_file_atomic(path, std::string("again"));
+  EXPECT_FALSE(file_exists(locked));
+  for (const auto& f : {alive, other, odd}) EXPECT_TRUE(file_exists(f)) << f;
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 
 #include "core/file_util.h"
 #include "core/tensor_io.h"
@@ -50,6 +51,22 @@ TEST(TeacherCache, AllClassesGiveTheTeachersDistribution) {
   at::Tensor want = at::softmax(t.logits(b.x) / 3.0, 1);
   at::Tensor got = at::softmax(c.forward_batch(b, {}).at("logits") / 3.0, 1);
   EXPECT_LT((want - got).abs().max().item<double>(), 1e-3);  // fp16 storage
+}
+
+// A teacher with more classes than a cache holds (the reader would refuse the cache) is refused
+// before anything is written.
+TEST(TeacherCache, RefusesATeacherWithMoreClassesThanACacheHolds) {
+  struct Wide : distill::GraphTeacher {
+    using GraphTeacher::GraphTeacher;
+    int64_t num_classes(const at::Tensor&) override { return distill::kTeacherCacheMaxClasses + 1; }
+  };
+  TempDir dir;
+  Wide t(core::build_zoo_model("lenet5", 2), "lenet5");
+  const std::string out = dir.file("cache");
+  expect_input_error([&] { distill::write_teacher_cache(t, "lenet5", dataset(4, 1), "rand", opts(10), out); },
+                     {"has 16777217 classes", "at most 16777216"});
+  EXPECT_FALSE(std::filesystem::exists(out));
+  EXPECT_FALSE(std::filesystem::exists(out + ".partial"));
 }
 
 TEST(TeacherCache, TopKKeepsTheLargestAndSpreadsTheTail) {

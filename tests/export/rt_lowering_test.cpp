@@ -19,9 +19,7 @@ using core::Dim;
 using core::Graph;
 using Ints = std::vector<int64_t>;
 
-const Dim N = Dim::sym("N");
 
-at::Tensor f32s(float v) { return at::scalar_tensor(v, at::kFloat); }
 
 /// `fp32` quantized by quantize_static on `calib`, then its output requantized (a
 /// QuantizeLinear/DequantizeLinear pair with the simulated output's range, as the next layer's

@@ -28,11 +28,9 @@ using Ints = std::vector<int64_t>;
 using Want = std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>&)>;
 
 constexpr int64_t kBig = std::numeric_limits<int64_t>::max();
-const Dim N = Dim::sym("N");
 
 at::Tensor i64(Ints v) { return at::tensor(at::ArrayRef<int64_t>(v), at::kLong); }
 at::Tensor i64s(int64_t v) { return at::scalar_tensor(v, at::kLong); }
-at::Tensor f32s(float v) { return at::scalar_tensor(v, at::kFloat); }
 at::Tensor f32(std::vector<float> v, Ints shape) {
   return at::tensor(at::ArrayRef<float>(v), at::kFloat).reshape(shape);
 }

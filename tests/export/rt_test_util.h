@@ -20,6 +20,11 @@
 
 namespace pare::rt_testing {
 
+/// The test graphs' batch dim.
+inline const core::Dim N = core::Dim::sym("N");
+/// A float scalar.
+inline at::Tensor f32s(float v) { return at::scalar_tensor(v, at::kFloat); }
+
 /// Draws a tensor of the given dims (the dtype is the graph input's; see Builder::input).
 using Draw = std::function<at::Tensor(const std::vector<int64_t>&)>;
 

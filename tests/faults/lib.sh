@@ -9,6 +9,8 @@ echo "fault campaign: seed $seed (replay with PARE_FAULT_SEED=$seed), $kills kil
 
 now_ms() { date +%s%3N; }
 # seconds MS: "1.234"
+# temporaries_of PATH...: how many PATH.tmp.PID.N files (write_file_atomic's) are there.
+temporaries_of() { local n=0 p f; for p in "$@"; do for f in "$p".tmp.*; do [ -e "$f" ] && n=$((n + 1)); done; done; echo "$n"; }
 seconds() { printf '%d.%03d' $(( $1 / 1000 )) $(( $1 % 1000 )); }
 
 # no_orphans WHAT: no process still names the test's folder in its command line.
@@ -56,9 +58,14 @@ kill_campaign() {
     [ -f "$ck" ] && after_ck=$((after_ck + 1))
   done
   local r0; r0=$(now_ms)
+  local temporaries; temporaries=$(temporaries_of "$ck" "$out")
   expect_exit 0 "" -- "$@" --checkpoint "$ck" --checkpoint-every "$every" --resume --out "$out"
   local last=$(( $(now_ms) - r0 ))
   cmp -s "$ref" "$out" && ended=$((ended + 1)) || fail "$name: the last resume ended with another model"
+  # A kill during a write leaves NAME.tmp.PID.N; the next write of NAME removes it (the last run
+  # writes the model, and the checkpoint unless it resumed at its end).
+  [ "$(temporaries_of "$out")" = 0 ] || fail "$name: the last run left the killed runs' temporary models: $(ls "$out".tmp.*)"
+  echo "$name: $temporaries temporary file(s) left by the kills before the last run, $(temporaries_of "$ck" "$out") after it"
   echo "$name: $kills SIGKILLs landed, at ${delays[*]} ms, in $runs runs; $after_ck left a checkpoint to resume" \
        "from; $ended chain(s) of resumes ended, each with the uninterrupted model byte for byte; the last resume took" \
        "$(seconds $last) s"

@@ -11,6 +11,8 @@
 namespace pare::quantize {
 namespace {
 
+using testing::count;
+
 using core::Dim;
 using core::Graph;
 using testing::run_eval;
@@ -22,12 +24,6 @@ void add_bn(Graph& g, const std::string& in, const std::string& out, int64_t c) 
   g.initializers["bn_var"] = at::rand({c}) + 0.1;
   g.add_node("BatchNormalization", {in, "bn_scale", "bn_b", "bn_mean", "bn_var"}, {out},
              {{"epsilon", 1e-3f}}, "bn");
-}
-
-int count(const Graph& g, const std::string& op) {
-  int n = 0;
-  for (auto& node : g.nodes) n += node.op_type == op;
-  return n;
 }
 
 TEST(FoldBatchNorm, FusesConvFollowedByBn) {

@@ -19,6 +19,8 @@
 namespace pare::quantize {
 namespace {
 
+using testing::count;
+
 using core::Dim;
 using core::Graph;
 using core::Node;
@@ -26,15 +28,9 @@ using testing::run_eval;
 
 Graph small_net() { return testing::conv_bn_net(3, 8); }
 
-at::Tensor calib() {
+at::Tensor qat_calib() {
   at::manual_seed(11);
   return at::rand({64, 1, 6, 6});
-}
-
-int count(const Graph& g, const std::string& op) {
-  int n = 0;
-  for (auto& node : g.nodes) n += node.op_type == op;
-  return n;
 }
 
 // One FakeQuantize node applied to `x` (scale, zero point and attributes as given).
@@ -106,7 +102,7 @@ TEST(FakeQuantize, LearnableScaleGetsTheLsqGradient) {
 
 TEST(PrepareQat, FakeQuantGraphEqualsTheStaticQdqGraphAtInit) {
   const Graph g = small_net();
-  const at::Tensor x = calib();
+  const at::Tensor x = qat_calib();
   for (const PtqOptions& o : {PtqOptions(), PtqOptions().per_channel(false).weight_bits(4),
                               PtqOptions().activations(QScheme::kSymmetricInt8).method(CalibMethod::kEntropy)}) {
     QatModel m = prepare_qat(g, x, QatOptions().ptq(o));
@@ -124,7 +120,7 @@ TEST(PrepareQat, FakeQuantGraphEqualsTheStaticQdqGraphAtInit) {
 
 TEST(ConvertQat, UntrainedConversionIsExactlyTheStaticGraph) {
   const Graph g = small_net();
-  const at::Tensor x = calib();
+  const at::Tensor x = qat_calib();
   const PtqOptions o = PtqOptions().per_channel(false).weight_bits(4);
   QatModel m = prepare_qat(g, x, QatOptions().ptq(o));
   PtqResult c = convert_qat(m, core::Module(m.graph).to_graph(), x);
@@ -149,7 +145,7 @@ TEST(ConvertQat, UntrainedConversionIsExactlyTheStaticGraph) {
 // graph convert_qat writes gives the trained fake-quant graph's outputs exactly.
 TEST(ConvertQat, AfterTrainingTheQdqGraphGivesTheFakeQuantOutputsExactly) {
   const Graph g = small_net();
-  const at::Tensor x = calib();
+  const at::Tensor x = qat_calib();
   for (bool learn : {false, true}) {
     SCOPED_TRACE(learn ? "learned scales" : "fixed scales");
     QatModel m = prepare_qat(g, x, QatOptions().ptq(PtqOptions().weight_bits(4)).learn_scales(learn));
@@ -194,16 +190,16 @@ TEST(ConvertQat, AfterTrainingTheQdqGraphGivesTheFakeQuantOutputsExactly) {
 
 TEST(ConvertQat, RejectsAGraphThatIsNotTheOnePrepared) {
   const Graph g = small_net();
-  QatModel m = prepare_qat(g, calib(), QatOptions());
-  pare::testing::expect_input_error([&] { convert_qat(m, g, calib()); }, {"has no initializer", "not the graph prepare_qat made"});
+  QatModel m = prepare_qat(g, qat_calib(), QatOptions());
+  pare::testing::expect_input_error([&] { convert_qat(m, g, qat_calib()); }, {"has no initializer", "not the graph prepare_qat made"});
 }
 
 TEST(PrepareQat, RejectsBadWeightBitsAndQuantizedModels) {
   pare::testing::expect_input_error(
-      [] { prepare_qat(small_net(), calib(), QatOptions().ptq(PtqOptions().weight_bits(9))); },
+      [] { prepare_qat(small_net(), qat_calib(), QatOptions().ptq(PtqOptions().weight_bits(9))); },
       {"weight bits", "2..8", "9"});
-  PtqResult r = quantize_static(small_net(), calib(), PtqOptions());
-  pare::testing::expect_input_error([&] { prepare_qat(r.graph, calib(), QatOptions()); }, {"already quantized"});
+  PtqResult r = quantize_static(small_net(), qat_calib(), PtqOptions());
+  pare::testing::expect_input_error([&] { prepare_qat(r.graph, qat_calib(), QatOptions()); }, {"already quantized"});
 }
 
 }  // namespace

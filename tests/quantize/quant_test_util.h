@@ -8,6 +8,13 @@
 
 namespace pare::quantize::testing {
 
+/// How many nodes of `g` run `op`.
+inline int count(const core::Graph& g, const std::string& op) {
+  int n = 0;
+  for (const auto& node : g.nodes) n += node.op_type == op;
+  return n;
+}
+
 /// Conv -> BatchNorm -> Relu -> MaxPool -> Flatten -> Gemm "fc" (3 classes) on x [N, 1, 6, 6]: a
 /// BatchNorm to fold, a fused Relu, passthrough scales, int32 biases. With `hidden` > 0 the head is
 /// Gemm "fc1" (hidden units) -> Relu -> Gemm "fc2" instead. Weights drawn from `seed`.

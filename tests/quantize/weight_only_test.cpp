@@ -36,7 +36,7 @@ TEST(MatMulNBits, UnpacksLowNibbleFirstAndSubtractsTheDefaultZeroPoint) {
   EXPECT_FLOAT_EQ(y[1][0].item<float>(), 3.5f);
 }
 
-Graph mlp() {
+Graph wide_mlp() {
   at::manual_seed(3);
   Graph g;
   g.inputs.push_back({"x", at::kFloat, {Dim::sym("N"), 40}});
@@ -63,7 +63,7 @@ at::Tensor int4_reference(const at::Tensor& w, int64_t group) {
 }
 
 TEST(WeightOnly, RewritesGemmAndMatMulIntoMatMulNBitsWithTheSameNumbersAsAReference) {
-  Graph g = mlp();
+  Graph g = wide_mlp();
   WeightOnlyResult r = quantize_weight_only(g, WeightOnlyOptions().group(16));
   ASSERT_EQ(r.layers.size(), 2u);
   int nbits = 0, adds = 0;
@@ -93,9 +93,9 @@ TEST(WeightOnly, RewritesGemmAndMatMulIntoMatMulNBitsWithTheSameNumbersAsARefere
 }
 
 TEST(WeightOnly, RejectsAGroupThatIsNotAPowerOfTwoAndAQuantizedModel) {
-  pare::testing::expect_option_error([] { quantize_weight_only(mlp(), WeightOnlyOptions().group(24)); },
+  pare::testing::expect_option_error([] { quantize_weight_only(wide_mlp(), WeightOnlyOptions().group(24)); },
                                     "group", {"group must", "power of two", "24"});
-  WeightOnlyResult r = quantize_weight_only(mlp(), WeightOnlyOptions());
+  WeightOnlyResult r = quantize_weight_only(wide_mlp(), WeightOnlyOptions());
   Graph q = r.graph;
   q.initializers["junk"] = at::zeros({2}, at::kChar);
   pare::testing::expect_input_error([&] { quantize_weight_only(q, WeightOnlyOptions()); },
