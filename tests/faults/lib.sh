@@ -8,9 +8,9 @@ RANDOM=$seed
 echo "fault campaign: seed $seed (replay with PARE_FAULT_SEED=$seed), $kills kills per scenario"
 
 now_ms() { date +%s%3N; }
-# seconds MS: "1.234"
 # temporaries_of PATH...: how many PATH.tmp.PID.N files (write_file_atomic's) are there.
 temporaries_of() { local n=0 p f; for p in "$@"; do for f in "$p".tmp.*; do [ -e "$f" ] && n=$((n + 1)); done; done; echo "$n"; }
+# seconds MS: "1.234"
 seconds() { printf '%d.%03d' $(( $1 / 1000 )) $(( $1 % 1000 )); }
 
 # no_orphans WHAT: no process still names the test's folder in its command line.
