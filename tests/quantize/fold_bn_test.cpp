@@ -11,10 +11,9 @@
 namespace pare::quantize {
 namespace {
 
-using testing::count;
-
 using core::Dim;
 using core::Graph;
+using testing::count;
 using testing::run_eval;
 
 void add_bn(Graph& g, const std::string& in, const std::string& out, int64_t c) {

@@ -19,11 +19,10 @@
 namespace pare::quantize {
 namespace {
 
-using testing::count;
-
 using core::Dim;
 using core::Graph;
 using core::Node;
+using testing::count;
 using testing::run_eval;
 
 Graph small_net() { return testing::conv_bn_net(3, 8); }
