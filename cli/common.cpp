@@ -26,6 +26,7 @@ void add_commands(CLI::App& app, Action& action) {
   add_export(app, action);
   add_pipeline(app, action);
   add_report(app, action);
+  add_federate(app, action);
 }
 
 void set_threads(int threads) {

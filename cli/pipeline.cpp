@@ -225,14 +225,6 @@ bool Runner::done(const RecipeStage& s, const std::string& key) const {
   return file_exists(art) && file_hash(art) == st.value("artifact_hash", "");
 }
 
-void make_dirs(const std::string& dir) {
-  for (size_t at = dir.find('/', 1);; at = dir.find('/', at + 1)) {
-    const std::string part = dir.substr(0, at);
-    if (::mkdir(part.c_str(), 0777) != 0 && errno != EEXIST)
-      throw Error("cannot create the folder '" + part + "': " + std::strerror(errno));
-    if (at == std::string::npos) return;
-  }
-}
 
 // Runs `args` in the run folder: stdout into `out_file` (relative to the run folder) or, like
 // stderr, appended to `log` and relayed to the terminal (indented) when `relay`. The child dies

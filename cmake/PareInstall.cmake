@@ -6,11 +6,12 @@ include(CMakePackageConfigHelpers)
 # pare_compress() (cmake/PareCompress.cmake). It finds libpare_rt.so in the prefix's lib folder.
 set_target_properties(pare PROPERTIES EXPORT_NAME pare_cli INSTALL_RPATH "$ORIGIN/../${CMAKE_INSTALL_LIBDIR}")
 install(TARGETS pare EXPORT pareTargets RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-install(TARGETS pare_base pare_core pare_distill pare_dist pare_prune pare_quantize pare_export pare_deps
+install(TARGETS pare_base pare_core pare_distill pare_dist pare_prune pare_quantize pare_export pare_federated
+        pare_federated_wire pare_deps
         EXPORT pareTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
-foreach(dir core distill dist prune quantize export)
+foreach(dir core distill dist prune quantize export federated)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${dir}/ DESTINATION include/pare/${dir}
-          FILES_MATCHING PATTERN "*.h" PATTERN "runtime" EXCLUDE)
+          FILES_MATCHING PATTERN "*.h" PATTERN "runtime" EXCLUDE PATTERN "wire.h" EXCLUDE)
 endforeach()
 install(EXPORT pareTargets NAMESPACE pare:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/pare)
 

@@ -146,4 +146,13 @@ void replace_dir(const std::string& staged, const std::string& dir) {
   remove_dir(old);
 }
 
+void make_dirs(const std::string& dir) {
+  for (size_t at = dir.find('/', 1);; at = dir.find('/', at + 1)) {
+    const std::string part = dir.substr(0, at);
+    if (::mkdir(part.c_str(), 0777) != 0 && errno != EEXIST)
+      throw Error("cannot create the folder '" + part + "': " + std::strerror(errno));
+    if (at == std::string::npos) return;
+  }
+}
+
 }  // namespace pare

@@ -35,6 +35,9 @@ void replace_dir(const std::string& staged, const std::string& dir);
 /// Removes a folder and everything in it; nothing when it does not exist. Throws Error naming it.
 void remove_dir(const std::string& dir);
 
+/// Creates `dir` and its missing parents (mkdir -p). Throws Error naming the part it cannot create.
+void make_dirs(const std::string& dir);
+
 /// Directory part of `path` ("." when there is none).
 std::string dir_name(const std::string& path);
 

@@ -1,0 +1,29 @@
+#include "federated/local.h"
+
+#include "core/module.h"
+#include "distill/trainer.h"
+
+namespace pare::federated {
+
+LocalResult train_local(const core::Graph& global, const Layout& layout, const core::TensorDataset& data,
+                        const LocalTraining& how, uint64_t seed) {
+  core::require_labels(data, "local training");
+  core::Module model(global);
+  auto opts = distill::TrainerOptions()
+                  .epochs(how.epochs)
+                  .batch_size(how.batch_size)
+                  .lr(how.lr)
+                  .optimizer(how.optimizer)
+                  .momentum(how.momentum)
+                  .seed(seed)
+                  .progress(false);
+  auto history = distill::Trainer(model, opts).fit(data, nullptr);
+  LocalResult r;
+  const core::Graph trained = model.to_graph();
+  r.update = difference(state_of(trained, layout), state_of(global, layout), layout);
+  for (const auto& e : history) r.seconds += e.seconds;
+  r.train_loss = history.empty() ? 0 : history.back().train_loss;
+  return r;
+}
+
+}  // namespace pare::federated

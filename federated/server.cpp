@@ -1,0 +1,401 @@
+#include "federated/server.h"
+
+#include <grpcpp/grpcpp.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <mutex>
+#include <random>
+#include <set>
+
+#include "core/error.h"
+#include "core/file_util.h"
+#include "core/json_util.h"
+#include "core/module.h"
+#include "core/onnx_io.h"
+#include "distill/trainer.h"
+#include "federated/wire.h"
+
+namespace pare::federated {
+
+using Clock = std::chrono::steady_clock;
+using json = nlohmann::json;
+
+void AggregatorOptions::validate() const {
+  const auto& names = aggregator_names();
+  std::string list;
+  for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
+  PARE_CHECK_OPTION(std::find(names.begin(), names.end(), name) != names.end(), "aggregator", "must be one of ",
+                    list, ", got '", name, "'");
+  PARE_CHECK_OPTION(byzantine >= 0, "byzantine", "must be >= 0, got ", byzantine);
+  PARE_CHECK_OPTION(trim >= 0 && trim < 0.5, "trim", "must be in [0, 0.5), got ", trim);
+  PARE_CHECK_OPTION(multi_krum_m >= 0, "multi_krum_m", "must be >= 0, got ", multi_krum_m);
+  PARE_CHECK_OPTION(clip_norm >= 0, "clip_norm", "must be >= 0, got ", clip_norm);
+}
+
+Aggregate aggregate(const AggregatorOptions& o, at::Tensor U, const std::vector<double>& weights, const at::Tensor& g0,
+                    int64_t* clipped) {
+  const int64_t n = U.size(0), f = o.byzantine;
+  const int64_t k = o.clip_norm > 0 ? clip_norms(U, o.clip_norm) : 0;
+  if (clipped) *clipped = k;
+  if (o.name == "fedavg") return fedavg(U, weights);
+  if (o.name == "median") return coordinate_median(U);
+  if (o.name == "trimmed-mean") return trimmed_mean(U, int64_t(o.trim * double(n)));
+  if (o.name == "krum") return krum(U, f);
+  if (o.name == "multi-krum") return multi_krum(U, f, o.multi_krum_m > 0 ? std::min(o.multi_krum_m, n) : n - f);
+  if (o.name == "bulyan") return bulyan(U, f);
+  if (o.name == "fltrust") {
+    PARE_ASSERT(g0.defined(), "FLTrust without a server update");
+    return fltrust(U, o.clip_norm > 0 ? g0 * std::min(1.0, o.clip_norm / std::max(1e-30, g0.norm().item<double>())) : g0);
+  }
+  throw InputError("unknown aggregator '" + o.name + "'");
+}
+
+void ServerOptions::validate() const {
+  agg.validate();
+  PARE_CHECK_OPTION(rounds >= 1, "rounds", "must be at least 1, got ", rounds);
+  PARE_CHECK_OPTION(clients >= 1, "clients", "must be at least 1, got ", clients);
+  PARE_CHECK_OPTION(per_round >= 0, "per_round", "must be >= 0 (0: every live client), got ", per_round);
+  PARE_CHECK_OPTION(min_clients >= 1, "min_clients", "must be at least 1, got ", min_clients);
+  PARE_CHECK_OPTION(round_timeout > 0, "round_timeout", "must be > 0 seconds, got ", round_timeout);
+  PARE_CHECK_OPTION(join_timeout > 0, "join_timeout", "must be > 0 seconds, got ", join_timeout);
+  PARE_CHECK_OPTION(max_message_mb >= 1 && max_message_mb <= 2047, "max_message_mb", "must be in [1, 2047], got ",
+                    max_message_mb);
+  PARE_CHECK_OPTION(local.epochs >= 1, "local_epochs", "must be at least 1, got ", local.epochs);
+  PARE_CHECK_OPTION(!dir.empty(), "dir", "is needed (the server's state and round log)");
+}
+
+namespace {
+
+struct Answer {
+  std::string client;
+  Tensors update;
+  int64_t num_samples = 0;
+  double train_loss = 0;
+};
+
+json round_json(const RoundStats& r) {
+  json refused = json::array();
+  for (const auto& [c, why] : r.refused) refused.push_back({{"client", c}, {"reason", why}});
+  json j = {{"round", r.round},     {"sampled", r.sampled}, {"answered", r.answered}, {"refused", refused},
+            {"selected", r.selected}, {"scores", r.scores},  {"clipped", r.clipped},   {"skipped", r.skipped},
+            {"train_loss", r.train_loss}, {"seconds", r.seconds}};
+  if (r.val_accuracy >= 0) {
+    j["val_accuracy"] = r.val_accuracy;
+    j["val_loss"] = r.val_loss;
+  }
+  return j;
+}
+
+RoundStats round_of(const json& j) {
+  RoundStats r;
+  r.round = json_int_at<int64_t>(j, "round");
+  r.sampled = j.at("sampled").get<std::vector<std::string>>();
+  r.answered = j.at("answered").get<std::vector<std::string>>();
+  for (const json& x : j.at("refused")) r.refused.emplace_back(x.at("client"), x.at("reason"));
+  r.selected = j.at("selected").get<std::vector<std::string>>();
+  r.scores = j.at("scores").get<std::vector<double>>();
+  r.clipped = json_int_at<int64_t>(j, "clipped");
+  r.skipped = j.at("skipped").get<bool>();
+  r.train_loss = j.at("train_loss").get<double>();
+  r.seconds = j.at("seconds").get<double>();
+  r.val_accuracy = j.value("val_accuracy", -1.0);
+  r.val_loss = j.value("val_loss", -1.0);
+  return r;
+}
+
+}  // namespace
+
+struct Server::Impl final : wire::Federation::Service {
+  ServerOptions o;
+  core::Graph global;
+  Layout layout;
+  const core::TensorDataset *val, *root;
+  std::vector<RoundStats> history;
+
+  struct Client {
+    int64_t num_samples = 0;
+    Clock::time_point seen;
+  };
+  std::mutex mu;
+  std::condition_variable cv;
+  std::map<std::string, Client> clients;
+  int64_t round = 0;  // the open round (0: none)
+  bool open = false, done = false;
+  Clock::time_point deadline;
+  std::set<std::string> sampled, replied, told_done;  // replied: answered or refused this round
+  std::string model_bytes;
+  std::vector<Answer> answers;
+  std::vector<std::pair<std::string, std::string>> refused;
+
+  Impl(core::Graph g, ServerOptions opts, const core::TensorDataset* v, const core::TensorDataset* r)
+      : o(std::move(opts)), global(std::move(g)), layout(state_layout(global)), val(v), root(r) {}
+
+  grpc::Status Poll(grpc::ServerContext*, const wire::PollRequest* req, wire::Task* task) override;
+  grpc::Status Submit(grpc::ServerContext*, const wire::Update* req, wire::UpdateReply* reply) override;
+
+  void log(const char* fmt, ...) const __attribute__((format(printf, 2, 3)));
+  void resume();
+  void checkpoint();
+  void wait_for_clients();
+  std::vector<std::string> sample(int64_t r);
+  RoundStats run_round(int64_t r);
+  void finish_round(RoundStats& st, std::vector<Answer> got);
+};
+
+void Server::Impl::log(const char* fmt, ...) const {
+  if (o.quiet) return;
+  va_list ap;
+  va_start(ap, fmt);
+  std::vfprintf(stderr, fmt, ap);
+  va_end(ap);
+}
+
+grpc::Status Server::Impl::Poll(grpc::ServerContext*, const wire::PollRequest* req, wire::Task* task) {
+  if (req->client_id().empty() || req->client_id().size() > 256)
+    return {grpc::StatusCode::INVALID_ARGUMENT, "client_id must have 1 to 256 characters"};
+  if (req->num_samples() < 1) return {grpc::StatusCode::INVALID_ARGUMENT, "num_samples must be at least 1"};
+  std::lock_guard<std::mutex> lock(mu);
+  Client& c = clients[req->client_id()];
+  if (c.num_samples == 0) cv.notify_all();  // a new client: wait_for_clients may be waiting
+  c.num_samples = req->num_samples();
+  c.seen = Clock::now();
+  task->set_wait_ms(100);
+  if (done) {
+    told_done.insert(req->client_id());
+    cv.notify_all();
+    task->set_kind(wire::Task::DONE);
+    return grpc::Status::OK;
+  }
+  if (!open || !sampled.count(req->client_id()) || replied.count(req->client_id())) {
+    task->set_kind(wire::Task::WAIT);
+    return grpc::Status::OK;
+  }
+  task->set_kind(wire::Task::TRAIN);
+  task->set_round(round);
+  task->set_model(model_bytes);
+  task->set_local_epochs(o.local.epochs);
+  task->set_batch_size(o.local.batch_size);
+  task->set_lr(o.local.lr);
+  task->set_momentum(o.local.momentum);
+  task->set_optimizer(o.local.optimizer);
+  task->set_seed(o.seed * 1000003u + uint64_t(round) * 7919u + std::hash<std::string>()(req->client_id()) % 7907u);
+  task->set_deadline_s(std::chrono::duration<double>(deadline - Clock::now()).count());
+  return grpc::Status::OK;
+}
+
+grpc::Status Server::Impl::Submit(grpc::ServerContext*, const wire::Update* req, wire::UpdateReply* reply) {
+  Tensors update;
+  std::string why = decode_tensors(req->tensors(), &update);
+  if (why.empty()) why = check_update(update, layout);
+  std::lock_guard<std::mutex> lock(mu);
+  const std::string& id = req->client_id();
+  std::string late;
+  if (!open || req->round() != round)
+    late = "the update is for round " + std::to_string(req->round()) + ", the open round is " +
+           (open ? std::to_string(round) : std::string("none"));
+  else if (!sampled.count(id))
+    late = "client '" + id + "' was not sampled in round " + std::to_string(round);
+  else if (replied.count(id))
+    late = "client '" + id + "' already answered round " + std::to_string(round);
+  if (!late.empty()) {  // not part of this round: refused without a mark in its log
+    reply->set_accepted(false);
+    reply->set_reason(late);
+    return grpc::Status::OK;
+  }
+  if (clients.count(id)) clients[id].seen = Clock::now();
+  replied.insert(id);
+  if (why.empty() && req->num_samples() < 1) why = "num_samples must be at least 1";
+  if (!why.empty()) {
+    refused.emplace_back(id, why);
+    reply->set_accepted(false);
+    reply->set_reason(why);
+    log("round %lld: refused the update of %s: %s\n", (long long)round, id.c_str(), why.c_str());
+  } else {
+    answers.push_back({id, std::move(update), req->num_samples(), req->train_loss()});
+    reply->set_accepted(true);
+  }
+  cv.notify_all();
+  return grpc::Status::OK;
+}
+
+// The checkpoint: DIR/round-R.onnx (the global model after round R), then DIR/server.json naming
+// it with the round log so far, then the previous model removed. A crash between the writes leaves
+// server.json naming a model that exists.
+void Server::Impl::checkpoint() {
+  const int64_t r = history.empty() ? 0 : history.back().round;
+  const std::string model = "round-" + std::to_string(r) + ".onnx";
+  core::save_onnx(global, join_path(o.dir, model));
+  json rounds = json::array();
+  std::string lines;
+  for (const RoundStats& h : history) {
+    rounds.push_back(round_json(h));
+    lines += rounds.back().dump() + "\n";
+  }
+  const json state = {{"format", "pare.federated.server/1"}, {"round", r}, {"model", model}, {"rounds", rounds}};
+  write_file_atomic(join_path(o.dir, "server.json"), state.dump(1) + "\n");
+  write_file_atomic(join_path(o.dir, "rounds.jsonl"), lines);
+  if (r > 0) std::remove(join_path(o.dir, "round-" + std::to_string(r - 1) + ".onnx").c_str());
+}
+
+void Server::Impl::resume() {
+  const std::string path = join_path(o.dir, "server.json");
+  if (!file_exists(path)) return;
+  json j;
+  try {
+    j = json::parse(read_file(path));
+  } catch (const json::exception& e) {
+    throw InputError(path + ": not a server state (" + e.what() + "); remove the folder to start over");
+  }
+  PARE_CHECK(j.is_object() && j.value("format", "") == "pare.federated.server/1", path,
+             ": not a pare federate server state; remove the folder to start over");
+  try {
+    for (const json& r : j.at("rounds")) history.push_back(round_of(r));
+  } catch (const json::exception& e) {
+    throw InputError(path + ": malformed round log (" + e.what() + ")");
+  }
+  const core::Graph g = core::load_onnx(join_path(o.dir, j.at("model").get<std::string>()));
+  const Layout l = state_layout(g);
+  PARE_CHECK(l.names == layout.names && l.shapes == layout.shapes, path,
+             ": the checkpointed model is not the architecture of the model given; remove the folder to start over");
+  global = g;
+  log("resuming from %s: %lld of %lld rounds done\n", path.c_str(), (long long)history.size(), (long long)o.rounds);
+}
+
+void Server::Impl::wait_for_clients() {
+  std::unique_lock<std::mutex> lock(mu);
+  const auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.join_timeout));
+  cv.wait_until(lock, until, [&] { return int64_t(clients.size()) >= o.clients; });
+  const int64_t have = clients.size();
+  if (have < o.clients && have < o.min_clients)
+    throw Error("pare federate server: " + std::to_string(have) + " of " + std::to_string(o.clients) +
+                " clients joined within " + std::to_string(int(o.join_timeout)) + " s (minimum " +
+                std::to_string(o.min_clients) + ")");
+  if (have < o.clients)
+    log("%lld of %lld clients joined within %.0f s: going on with them\n", (long long)have, (long long)o.clients,
+        o.join_timeout);
+}
+
+// The clients heard from within the last round timeout (others are taken for dead), sampled
+// without replacement from the round's seed.
+std::vector<std::string> Server::Impl::sample(int64_t r) {
+  std::vector<std::string> live;
+  const auto now = Clock::now();
+  const auto window = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.round_timeout));
+  for (const auto& [id, c] : clients)
+    if (now - c.seen <= window) live.push_back(id);
+  std::mt19937_64 rng(o.seed * 6364136223846793005ull + uint64_t(r));
+  std::shuffle(live.begin(), live.end(), rng);
+  if (o.per_round > 0 && int64_t(live.size()) > o.per_round) live.resize(o.per_round);
+  std::sort(live.begin(), live.end());
+  return live;
+}
+
+RoundStats Server::Impl::run_round(int64_t r) {
+  const auto t0 = Clock::now();
+  RoundStats st;
+  st.round = r;
+  std::vector<Answer> got;
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    st.sampled = sample(r);
+    model_bytes = core::serialize_onnx(global, false);
+    round = r;
+    sampled = std::set<std::string>(st.sampled.begin(), st.sampled.end());
+    replied.clear();
+    answers.clear();
+    refused.clear();
+    deadline = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.round_timeout));
+    open = true;
+    cv.wait_until(lock, deadline, [&] { return replied.size() >= sampled.size(); });
+    open = false;
+    got = std::move(answers);
+    st.refused = refused;
+  }
+  std::sort(got.begin(), got.end(), [](const Answer& a, const Answer& b) { return a.client < b.client; });
+  for (const Answer& a : got) st.answered.push_back(a.client);
+  finish_round(st, std::move(got));
+  st.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  return st;
+}
+
+// Aggregates the answers into the global model (or skips the round) and evaluates it.
+void Server::Impl::finish_round(RoundStats& st, std::vector<Answer> got) {
+  const int64_t n = got.size();
+  if (n < o.min_clients || n == 0) {
+    st.skipped = true;
+    log("round %lld: %lld of %zu sampled clients answered (minimum %lld): round skipped, model kept\n",
+        (long long)st.round, (long long)n, st.sampled.size(), (long long)o.min_clients);
+  } else {
+    std::vector<at::Tensor> rows;
+    std::vector<double> weights;
+    for (const Answer& a : got) {
+      rows.push_back(flatten(a.update, layout));
+      weights.push_back(double(a.num_samples));
+      st.train_loss += a.train_loss / double(n);
+    }
+    at::Tensor g0;
+    if (o.agg.name == "fltrust") {
+      PARE_CHECK(root != nullptr, "FLTrust needs the server's root data set");
+      g0 = flatten(train_local(global, layout, *root, o.local, o.seed + uint64_t(st.round)).update, layout);
+    }
+    Aggregate agg = aggregate(o.agg, at::stack(rows), weights, g0, &st.clipped);
+    for (int64_t i : agg.selected) st.selected.push_back(got[i].client);
+    st.scores = agg.scores;
+    apply_update(global, agg.update, layout);
+  }
+  if (val) {
+    core::Module m(global, core::Module::Use::kFrozen);
+    const distill::EvalResult e = distill::evaluate(m, *val);
+    st.val_accuracy = e.accuracy;
+    st.val_loss = e.loss;
+  }
+}
+
+Server::Server(core::Graph initial, ServerOptions opts, const core::TensorDataset* val, const core::TensorDataset* root)
+    : impl_(std::make_unique<Impl>(std::move(initial), std::move(opts), val, root)) {
+  impl_->o.validate();
+  PARE_CHECK_OPTION(impl_->o.agg.name != "fltrust" || root, "root_data", "is needed by the fltrust aggregator");
+}
+
+Server::~Server() = default;
+
+std::vector<RoundStats> Server::run() {
+  Impl& s = *impl_;
+  make_dirs(s.o.dir);
+  s.resume();
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(s.o.address, grpc::InsecureServerCredentials(), &port);
+  builder.SetMaxReceiveMessageSize(int(s.o.max_message_mb << 20));
+  builder.SetMaxSendMessageSize(int(s.o.max_message_mb << 20));
+  builder.RegisterService(&s);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || port == 0) throw InputError("pare federate server: cannot listen on '" + s.o.address + "'");
+  s.log("listening on port %d; %lld rounds, aggregator %s\n", port, (long long)s.o.rounds, s.o.agg.name.c_str());
+  if (!s.o.port_file.empty()) write_file_atomic(s.o.port_file, std::to_string(port) + "\n");
+  if (s.history.empty()) s.checkpoint();  // round 0: the initial model
+  if (int64_t(s.history.size()) < s.o.rounds) s.wait_for_clients();
+  for (int64_t r = s.history.size() + 1; r <= s.o.rounds; ++r) {
+    s.history.push_back(s.run_round(r));
+    const RoundStats& st = s.history.back();
+    s.log("round %lld/%lld: %zu of %zu answered, %zu refused", (long long)r, (long long)s.o.rounds, st.answered.size(),
+          st.sampled.size(), st.refused.size());
+    if (st.val_accuracy >= 0) s.log(", val acc %.2f%% loss %.4f", st.val_accuracy * 100, st.val_loss);
+    s.log(", %.1f s\n", st.seconds);
+    s.checkpoint();
+  }
+  core::save_onnx(s.global, join_path(s.o.dir, "model.onnx"));
+  {  // tell the clients: each poll gets DONE; wait briefly until every known client heard it
+    std::unique_lock<std::mutex> lock(s.mu);
+    s.done = true;
+    s.cv.wait_for(lock, std::chrono::seconds(3), [&] { return s.told_done.size() >= s.clients.size(); });
+  }
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  return s.history;
+}
+
+}  // namespace pare::federated

@@ -1,0 +1,88 @@
+// pare federate server: runs the rounds of a federated training over gRPC. Clients pull their
+// work (federated/federation.proto): each round the server samples clients among those it has
+// heard from recently, hands them the global model, waits until all answered or the round's
+// deadline passed, refuses every update that does not fit the model (and says why in the round
+// log), aggregates the others robustly, evaluates, and checkpoints, so a killed server resumes at
+// its last finished round.
+//
+//   federated::ServerOptions o;
+//   o.rounds = 30; o.clients = 20; o.dir = "fed-run"; o.agg.name = "multi-krum"; o.agg.byzantine = 4;
+//   auto rounds = federated::Server(core::load_model("mlp:784-100-10", 1), o, &test_set, nullptr).run();
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/data.h"
+#include "core/graph.h"
+#include "federated/aggregate.h"
+#include "federated/local.h"
+
+namespace pare::federated {
+
+/// Which aggregator runs and what it assumes.
+struct AggregatorOptions {
+  std::string name = "fedavg";  ///< one of aggregator_names()
+  int64_t byzantine = 0;        ///< f, the Byzantine clients Krum, Multi-Krum, Bulyan assume per round
+  double trim = 0.2;            ///< trimmed mean: the fraction of values cut at each end (floor(trim * n))
+  int64_t multi_krum_m = 0;     ///< Multi-Krum: rows averaged (0: n - f)
+  double clip_norm = 0;         ///< norm clipping before any aggregator (0: none)
+  /// Throws InputError naming the option for an unknown name or a value out of range.
+  void validate() const;
+};
+
+/// Aggregates the round's updates U [n, d] (rows in client order; `weights`: their sample counts;
+/// `g0`: FLTrust's server update, undefined for the others). Clips first when clip_norm > 0 and
+/// stores the number of clipped rows in `clipped`.
+Aggregate aggregate(const AggregatorOptions& o, at::Tensor U, const std::vector<double>& weights,
+                    const at::Tensor& g0, int64_t* clipped = nullptr);
+
+struct ServerOptions {
+  std::string address = "127.0.0.1:0";  ///< host:port to listen on (port 0: any free port)
+  std::string port_file;                ///< written (atomically) with the port once listening
+  std::string dir;                      ///< state: checkpoint, rounds.jsonl, the final model
+  int64_t rounds = 10;
+  int64_t clients = 1;       ///< clients to wait for before the first round
+  int64_t per_round = 0;     ///< clients sampled per round (0: every live client)
+  int64_t min_clients = 1;   ///< fewer answers than this: the round is skipped, the model kept
+  double round_timeout = 120;  ///< seconds a round waits for its clients
+  double join_timeout = 300;   ///< seconds to wait for `clients` before the first round
+  int64_t max_message_mb = 512;
+  uint64_t seed = 0;
+  bool quiet = false;
+  LocalTraining local;
+  AggregatorOptions agg;
+  void validate() const;
+};
+
+/// What one round did (a line of rounds.jsonl).
+struct RoundStats {
+  int64_t round = 0;
+  std::vector<std::string> sampled, answered;
+  std::vector<std::pair<std::string, std::string>> refused;  ///< client, reason
+  std::vector<std::string> selected;  ///< the clients whose updates the aggregator used
+  std::vector<double> scores;         ///< the aggregator's per-answer scores (Krum, FLTrust)
+  int64_t clipped = 0;
+  bool skipped = false;
+  double val_accuracy = -1, val_loss = -1, seconds = 0, train_loss = 0;
+};
+
+class Server {
+ public:
+  /// `val`: evaluated after every round (may be null); `root`: FLTrust's clean root set (needed
+  /// for fltrust, else unused).
+  Server(core::Graph initial, ServerOptions opts, const core::TensorDataset* val, const core::TensorDataset* root);
+  ~Server();
+  /// Runs the remaining rounds (all, or those after the checkpoint in `dir`), tells the clients
+  /// that the run is over, and writes DIR/model.onnx. Returns every round's stats.
+  std::vector<RoundStats> run();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace pare::federated

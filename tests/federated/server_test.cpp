@@ -1,0 +1,194 @@
+// The server over real gRPC on loopback, with hand-made clients: bad updates are refused, named in
+// the round log, and the round goes on; a sampled client that never answers costs one deadline.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <thread>
+
+#include "core/onnx_io.h"
+#include "federated/server.h"
+#include "federated/wire.h"
+#include "federation.grpc.pb.h"
+#include "tests/test_util.h"
+
+namespace fed = pare::federated;
+namespace wire = pare::federated::wire;
+
+namespace {
+
+// A hand-made client: polls until it gets TRAIN for round `round` and returns the task.
+struct FakeClient {
+  std::unique_ptr<wire::Federation::Stub> stub;
+  std::string id;
+
+  FakeClient(int port, std::string name)
+      : stub(wire::Federation::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
+                                                            grpc::InsecureChannelCredentials()))),
+        id(std::move(name)) {}
+
+  wire::Task poll() {
+    grpc::ClientContext ctx;
+    wire::PollRequest req;
+    req.set_client_id(id);
+    req.set_num_samples(100);
+    wire::Task task;
+    EXPECT_TRUE(stub->Poll(&ctx, req, &task).ok());
+    return task;
+  }
+  wire::Task wait_for_train() {
+    for (int i = 0; i < 600; ++i) {
+      wire::Task t = poll();
+      if (t.kind() == wire::Task::TRAIN || t.kind() == wire::Task::DONE) return t;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ADD_FAILURE() << id << " never got a task";
+    return {};
+  }
+  wire::UpdateReply submit(const wire::Update& u) {
+    grpc::ClientContext ctx;
+    wire::UpdateReply reply;
+    EXPECT_TRUE(stub->Submit(&ctx, u, &reply).ok());
+    return reply;
+  }
+};
+
+// An update of zeros of the global model's layout (valid), from the task's model.
+wire::Update fed_zero_update(const wire::Task& task, const std::string& id) {
+  const pare::core::Graph g = pare::core::parse_onnx(task.model(), "task");
+  const fed::Layout l = fed::state_layout(g);
+  wire::Update u;
+  u.set_client_id(id);
+  u.set_round(task.round());
+  u.set_num_samples(100);
+  fed::encode_tensors(fed::unflatten(at::zeros({l.size}), l), u.mutable_tensors());
+  return u;
+}
+
+int fed_wait_for_port(const std::string& file) {
+  for (int i = 0; i < 500 && !pare::file_exists(file); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  return std::stoi(pare::read_file(file));
+}
+
+fed::ServerOptions fed_options(const pare::testing::TempDir& dir, int64_t rounds, int64_t clients) {
+  fed::ServerOptions o;
+  o.dir = dir.file("server");
+  o.port_file = dir.file("port");
+  o.rounds = rounds;
+  o.clients = clients;
+  o.round_timeout = 30;
+  o.join_timeout = 30;
+  o.quiet = true;
+  return o;
+}
+
+}  // namespace
+
+TEST(FederatedServer, RefusesBadUpdatesNamesThemInTheRoundLogAndGoesOn) {
+  pare::testing::TempDir dir;
+  const pare::core::TensorDataset val = pare::testing::two_blobs(64, 3);
+  std::vector<fed::RoundStats> stats;
+  std::thread server([&] {
+    stats = fed::Server(pare::core::load_model("mlp:784-8-2", 1), fed_options(dir, 1, 5), &val, nullptr).run();
+  });
+  const int port = fed_wait_for_port(dir.file("port"));
+  std::vector<FakeClient> c;
+  for (const char* name : {"good", "shape", "nan", "truncated", "extra"}) c.emplace_back(port, name);
+  for (auto& x : c) x.poll();  // all five join, then each gets round 1
+  std::vector<wire::Task> tasks;
+  for (auto& x : c) tasks.push_back(x.wait_for_train());
+  for (auto& t : tasks) ASSERT_EQ(t.kind(), wire::Task::TRAIN);
+
+  EXPECT_TRUE(c[0].submit(fed_zero_update(tasks[0], "good")).accepted());
+  wire::Update shape = fed_zero_update(tasks[1], "shape");
+  {  // the same values as [1, numel]: the data fits its shape, the shape not the model
+    wire::Tensor& t0 = *shape.mutable_tensors(0);
+    t0.clear_shape();
+    t0.add_shape(1);
+    t0.add_shape(int64_t(t0.data().size() / 4));
+  }
+  wire::UpdateReply r = c[1].submit(shape);
+  EXPECT_FALSE(r.accepted());
+  EXPECT_NE(r.reason().find("has shape"), std::string::npos) << r.reason();
+  wire::Update nan = fed_zero_update(tasks[2], "nan");
+  const float q = std::nanf("");
+  std::memcpy(nan.mutable_tensors(1)->mutable_data()->data(), &q, 4);
+  r = c[2].submit(nan);
+  EXPECT_FALSE(r.accepted());
+  EXPECT_NE(r.reason().find("1 NaN or Inf value"), std::string::npos) << r.reason();
+  wire::Update cut = fed_zero_update(tasks[3], "truncated");
+  cut.mutable_tensors(0)->mutable_data()->resize(10);
+  r = c[3].submit(cut);
+  EXPECT_FALSE(r.accepted());
+  EXPECT_NE(r.reason().find("truncated"), std::string::npos) << r.reason();
+  wire::Update extra = fed_zero_update(tasks[4], "extra");
+  *extra.add_tensors() = extra.tensors(0);
+  extra.mutable_tensors(extra.tensors_size() - 1)->set_name("backdoor");
+  r = c[4].submit(extra);
+  EXPECT_FALSE(r.accepted());
+  EXPECT_NE(r.reason().find("unexpected tensor 'backdoor'"), std::string::npos) << r.reason();
+  // A second answer to the same round is not taken either.
+  EXPECT_FALSE(c[0].submit(fed_zero_update(tasks[0], "good")).accepted());
+  for (auto& x : c) EXPECT_EQ(x.wait_for_train().kind(), wire::Task::DONE);
+  server.join();
+
+  ASSERT_EQ(stats.size(), 1u);
+  EXPECT_EQ(stats[0].answered, std::vector<std::string>{"good"});
+  EXPECT_FALSE(stats[0].skipped);
+  ASSERT_EQ(stats[0].refused.size(), 4u);
+  EXPECT_EQ(stats[0].refused[0].first, "shape");
+  EXPECT_GE(stats[0].val_accuracy, 0);
+  const std::string log = pare::read_file(dir.file("server/rounds.jsonl"));
+  for (const char* who : {"\"shape\"", "\"nan\"", "\"truncated\"", "\"extra\"", "NaN or Inf"})
+    EXPECT_NE(log.find(who), std::string::npos) << who << " not in the round log: " << log;
+  EXPECT_TRUE(pare::file_exists(dir.file("server/model.onnx")));
+}
+
+TEST(FederatedServer, GoesOnWithoutASampledClientThatNeverAnswers) {
+  pare::testing::TempDir dir;
+  fed::ServerOptions o = fed_options(dir, 2, 2);
+  o.round_timeout = 1.5;
+  std::vector<fed::RoundStats> stats;
+  std::thread server([&] { stats = fed::Server(pare::core::load_model("mlp:784-8-2", 1), o, nullptr, nullptr).run(); });
+  const int port = fed_wait_for_port(dir.file("port"));
+  FakeClient good(port, "good"), ghost(port, "ghost");
+  ghost.poll();  // joins, is sampled, and never answers
+  for (int round = 1; round <= 2; ++round) {
+    const wire::Task t = good.wait_for_train();
+    ASSERT_EQ(t.kind(), wire::Task::TRAIN);
+    EXPECT_EQ(t.round(), round);
+    EXPECT_TRUE(good.submit(fed_zero_update(t, "good")).accepted());
+  }
+  EXPECT_EQ(good.wait_for_train().kind(), wire::Task::DONE);
+  server.join();
+  ASSERT_EQ(stats.size(), 2u);
+  EXPECT_EQ(stats[0].sampled, (std::vector<std::string>{"ghost", "good"}));
+  EXPECT_EQ(stats[0].answered, std::vector<std::string>{"good"});
+  EXPECT_GE(stats[0].seconds, 1.4);  // it waited out the deadline
+  EXPECT_FALSE(stats[0].skipped);
+}
+
+TEST(FederatedServer, SkipsARoundWithFewerAnswersThanTheMinimumAndKeepsTheModel) {
+  pare::testing::TempDir dir;
+  fed::ServerOptions o = fed_options(dir, 1, 1);
+  o.round_timeout = 0.5;
+  o.min_clients = 2;
+  o.join_timeout = 0.5;
+  std::vector<fed::RoundStats> stats;
+  const pare::core::Graph initial = pare::core::load_model("mlp:784-8-2", 1);
+  std::thread server([&] { stats = fed::Server(initial, o, nullptr, nullptr).run(); });
+  FakeClient a(fed_wait_for_port(dir.file("port")), "a");
+  const wire::Task t = a.wait_for_train();
+  wire::Update u = fed_zero_update(t, "a");
+  std::string& d = *u.mutable_tensors(0)->mutable_data();
+  const float one = 1;
+  std::memcpy(d.data(), &one, 4);
+  EXPECT_TRUE(a.submit(u).accepted());
+  server.join();
+  ASSERT_EQ(stats.size(), 1u);
+  EXPECT_TRUE(stats[0].skipped);
+  const pare::core::Graph out = pare::core::load_onnx(dir.file("server/model.onnx"));
+  for (const auto& [name, t0] : initial.initializers) EXPECT_TRUE(pare::testing::bitwise_equal(out.initializers.at(name), t0)) << name;
+}
