@@ -55,7 +55,7 @@ struct ServerFlags {
     const std::string g = "Aggregation";
     cmd->add_option("--aggregator", s.agg.name, "fedavg, median, trimmed-mean, krum, multi-krum, bulyan or fltrust")
         ->capture_default_str()->group(g);
-    cmd->add_option("--assume-byzantine", s.agg.byzantine, "f that krum, multi-krum and bulyan assume per round")
+    cmd->add_option("--assume-byzantine", s.agg.assume_byzantine, "f that krum, multi-krum and bulyan assume per round")
         ->capture_default_str()->group(g);
     cmd->add_option("--trim", s.agg.trim, "Trimmed mean: fraction cut at each end")->capture_default_str()->group(g);
     cmd->add_option("--multi-krum-m", s.agg.multi_krum_m, "Multi-Krum: updates averaged (0: n - f)")->group(g);
@@ -285,7 +285,7 @@ struct Simulation {
                                   "--per-round", std::to_string(s.per_round), "--min-clients", std::to_string(s.min_clients),
                                   "--round-timeout", std::to_string(s.round_timeout), "--join-timeout",
                                   std::to_string(s.join_timeout), "--aggregator", s.agg.name, "--assume-byzantine",
-                                  std::to_string(s.agg.byzantine), "--trim", std::to_string(s.agg.trim),
+                                  std::to_string(s.agg.assume_byzantine), "--trim", std::to_string(s.agg.trim),
                                   "--multi-krum-m", std::to_string(s.agg.multi_krum_m), "--clip-norm",
                                   std::to_string(s.agg.clip_norm), "--local-epochs", std::to_string(s.local.epochs),
                                   "--batch-size", std::to_string(s.local.batch_size), "--lr", std::to_string(s.local.lr),
@@ -342,12 +342,14 @@ void Simulation::run() const {
   const federated::AttackKind kind = federated::parse_attack(attack.attack);
   PARE_CHECK_OPTION(byzantine == 0 || kind != federated::AttackKind::kNone, "attack",
                     "is needed with --byzantine (sign-flip, scaling, gaussian, label-flip or alie)");
+  if (kind == federated::AttackKind::kAlie && byzantine > 0)  // z must be finite for the round's n
+    federated::alie_z(flags.server.per_round > 0 ? std::min(flags.server.per_round, clients) : clients, byzantine);
   federated::ServerOptions check = flags.server;
   check.clients = clients;
   check.dir = join_path(out, "server");
   check.validate();  // bad flags fail here, before any process starts
+  const std::vector<std::string> parts = write_parts();  // a bad --partition fails before any folder is made
   make_dirs(join_path(out, "logs"));
-  const std::vector<std::string> parts = write_parts();
   const std::string port_file = join_path(out, "server.port");
   std::remove(port_file.c_str());
   const pid_t server = spawn(server_args(port_file), "");
@@ -407,7 +409,7 @@ void add_simulate(CLI::App* fed, Action& action) {
   cmd->add_option("--out,-o", o->out, "Run folder: data/, logs/, server/ (rounds.jsonl, model.onnx)")->required();
   cmd->callback([&action, o, cmd] {
     // Unless told otherwise, the aggregator assumes as many Byzantine clients as attack.
-    if (cmd->count("--assume-byzantine") == 0) o->flags.server.agg.byzantine = o->byzantine;
+    if (cmd->count("--assume-byzantine") == 0) o->flags.server.agg.assume_byzantine = o->byzantine;
     action = [o] {
       o->flags.server.clients = o->clients;
       o->run();

@@ -40,8 +40,8 @@ at::Tensor mean_of_rows(const at::Tensor& X, const std::vector<int64_t>& rows) {
 
 // f, the number of Byzantine clients a rule is asked to tolerate, and the n it needs for that.
 void check_byzantine(int64_t n, int64_t f, int64_t per_f, int64_t plus, const char* rule) {
-  PARE_CHECK_OPTION(f >= 0, "byzantine", "(the number of Byzantine clients f) must be >= 0, got ", f);
-  PARE_CHECK_OPTION(n >= per_f * f + plus, "byzantine", "is too large: ", rule, " needs n >= ", per_f, "f + ",
+  PARE_CHECK_OPTION(f >= 0, "assume_byzantine", "(the number of Byzantine clients f) must be >= 0, got ", f);
+  PARE_CHECK_OPTION(n >= per_f * f + plus, "assume_byzantine", "is too large: ", rule, " needs n >= ", per_f, "f + ",
                     plus, " clients: got n = ", n, " for f = ", f);
 }
 
@@ -136,7 +136,7 @@ Aggregate trimmed_mean(const at::Tensor& U, int64_t trim) {
 
 at::Tensor krum_scores(const at::Tensor& U, int64_t f) {
   at::Tensor X = checked_updates(U, "Krum");
-  PARE_CHECK_OPTION(f >= 0, "byzantine", "(the number of Byzantine clients f) must be >= 0, got ", f);
+  PARE_CHECK_OPTION(f >= 0, "assume_byzantine", "(the number of Byzantine clients f) must be >= 0, got ", f);
   std::vector<double> scores = krum_scores_among(pairwise_sq_dists(X), all_rows(X.size(0)), f);
   return at::tensor(scores, at::kDouble);
 }

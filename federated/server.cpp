@@ -30,7 +30,7 @@ void AggregatorOptions::validate() const {
   for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
   PARE_CHECK_OPTION(std::find(names.begin(), names.end(), name) != names.end(), "aggregator", "must be one of ",
                     list, ", got '", name, "'");
-  PARE_CHECK_OPTION(byzantine >= 0, "byzantine", "must be >= 0, got ", byzantine);
+  PARE_CHECK_OPTION(assume_byzantine >= 0, "assume_byzantine", "must be >= 0, got ", assume_byzantine);
   PARE_CHECK_OPTION(trim >= 0 && trim < 0.5, "trim", "must be in [0, 0.5), got ", trim);
   PARE_CHECK_OPTION(multi_krum_m >= 0, "multi_krum_m", "must be >= 0, got ", multi_krum_m);
   PARE_CHECK_OPTION(clip_norm >= 0, "clip_norm", "must be >= 0, got ", clip_norm);
@@ -38,7 +38,7 @@ void AggregatorOptions::validate() const {
 
 Aggregate aggregate(const AggregatorOptions& o, at::Tensor U, const std::vector<double>& weights, const at::Tensor& g0,
                     int64_t* clipped) {
-  const int64_t n = U.size(0), f = o.byzantine;
+  const int64_t n = U.size(0), f = o.assume_byzantine;
   const int64_t k = o.clip_norm > 0 ? clip_norms(U, o.clip_norm) : 0;
   if (clipped) *clipped = k;
   if (o.name == "fedavg") return fedavg(U, weights);
@@ -66,6 +66,12 @@ void ServerOptions::validate() const {
                     max_message_mb);
   PARE_CHECK_OPTION(local.epochs >= 1, "local_epochs", "must be at least 1, got ", local.epochs);
   PARE_CHECK_OPTION(!dir.empty(), "dir", "is needed (the server's state and round log)");
+  // A round has at most this many answers: too few for the aggregator's f is a mistake to say now
+  // (a round with fewer answers than its rule needs is skipped and says why).
+  const int64_t n = per_round > 0 ? std::min(per_round, clients) : clients, f = agg.assume_byzantine;
+  const int64_t need = agg.name == "bulyan" ? 4 * f + 3 : (agg.name == "krum" || agg.name == "multi-krum") ? 2 * f + 3 : 1;
+  PARE_CHECK_OPTION(n >= need, "assume_byzantine", "is too large for ", n, " clients per round: ", agg.name, " needs n >= ",
+                    need, " for f = ", f);
 }
 
 namespace {
@@ -83,6 +89,7 @@ json round_json(const RoundStats& r) {
   json j = {{"round", r.round},     {"sampled", r.sampled}, {"answered", r.answered}, {"refused", refused},
             {"selected", r.selected}, {"scores", r.scores},  {"clipped", r.clipped},   {"skipped", r.skipped},
             {"train_loss", r.train_loss}, {"seconds", r.seconds}};
+  if (r.skipped) j["skip_reason"] = r.skip_reason;
   if (r.val_accuracy >= 0) {
     j["val_accuracy"] = r.val_accuracy;
     j["val_loss"] = r.val_loss;
@@ -100,6 +107,7 @@ RoundStats round_of(const json& j) {
   r.scores = j.at("scores").get<std::vector<double>>();
   r.clipped = json_int_at<int64_t>(j, "clipped");
   r.skipped = j.at("skipped").get<bool>();
+  r.skip_reason = j.value("skip_reason", "");
   r.train_loss = j.at("train_loss").get<double>();
   r.seconds = j.at("seconds").get<double>();
   r.val_accuracy = j.value("val_accuracy", -1.0);
@@ -327,6 +335,7 @@ void Server::Impl::finish_round(RoundStats& st, std::vector<Answer> got) {
   const int64_t n = got.size();
   if (n < o.min_clients || n == 0) {
     st.skipped = true;
+    st.skip_reason = std::to_string(n) + " answers, fewer than min_clients = " + std::to_string(o.min_clients);
     log("round %lld: %lld of %zu sampled clients answered (minimum %lld): round skipped, model kept\n",
         (long long)st.round, (long long)n, st.sampled.size(), (long long)o.min_clients);
   } else {
@@ -342,10 +351,16 @@ void Server::Impl::finish_round(RoundStats& st, std::vector<Answer> got) {
       PARE_CHECK(root != nullptr, "FLTrust needs the server's root data set");
       g0 = flatten(train_local(global, layout, *root, o.local, o.seed + uint64_t(st.round)).update, layout);
     }
-    Aggregate agg = aggregate(o.agg, at::stack(rows), weights, g0, &st.clipped);
-    for (int64_t i : agg.selected) st.selected.push_back(got[i].client);
-    st.scores = agg.scores;
-    apply_update(global, agg.update, layout);
+    try {
+      Aggregate agg = aggregate(o.agg, at::stack(rows), weights, g0, &st.clipped);
+      for (int64_t i : agg.selected) st.selected.push_back(got[i].client);
+      st.scores = agg.scores;
+      apply_update(global, agg.update, layout);
+    } catch (const InputError& e) {  // too few answers for the rule's f: the model is kept
+      st.skipped = true;
+      st.skip_reason = e.what();
+      log("round %lld: %s: round skipped, model kept\n", (long long)st.round, e.what());
+    }
   }
   if (val) {
     core::Module m(global, core::Module::Use::kFrozen);

@@ -6,7 +6,7 @@
 // its last finished round.
 //
 //   federated::ServerOptions o;
-//   o.rounds = 30; o.clients = 20; o.dir = "fed-run"; o.agg.name = "multi-krum"; o.agg.byzantine = 4;
+//   o.rounds = 30; o.clients = 20; o.dir = "fed-run"; o.agg.name = "multi-krum"; o.agg.assume_byzantine = 4;
 //   auto rounds = federated::Server(core::load_model("mlp:784-100-10", 1), o, &test_set, nullptr).run();
 #pragma once
 
@@ -26,7 +26,7 @@ namespace pare::federated {
 /// Which aggregator runs and what it assumes.
 struct AggregatorOptions {
   std::string name = "fedavg";  ///< one of aggregator_names()
-  int64_t byzantine = 0;        ///< f, the Byzantine clients Krum, Multi-Krum, Bulyan assume per round
+  int64_t assume_byzantine = 0;  ///< f, the Byzantine clients Krum, Multi-Krum, Bulyan assume per round
   double trim = 0.2;            ///< trimmed mean: the fraction of values cut at each end (floor(trim * n))
   int64_t multi_krum_m = 0;     ///< Multi-Krum: rows averaged (0: n - f)
   double clip_norm = 0;         ///< norm clipping before any aggregator (0: none)
@@ -67,6 +67,7 @@ struct RoundStats {
   std::vector<double> scores;         ///< the aggregator's per-answer scores (Krum, FLTrust)
   int64_t clipped = 0;
   bool skipped = false;
+  std::string skip_reason;
   double val_accuracy = -1, val_loss = -1, seconds = 0, train_loss = 0;
 };
 

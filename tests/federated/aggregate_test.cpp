@@ -189,7 +189,7 @@ TEST(Aggregate, BulyanByHand) {
 
 TEST(Aggregate, BulyanNeedsFourFPlusThreeClients) {
   at::Tensor U6 = agg_rows({{0, 0}, {1, 0}, {0, 1}, {1, 1}, {2, 2}, {3, 3}});
-  pare::testing::expect_option_error([&] { fed::bulyan(U6, 1); }, "byzantine",
+  pare::testing::expect_option_error([&] { fed::bulyan(U6, 1); }, "assume_byzantine",
                                      {"Bulyan needs n >= 4f + 3 clients: got n = 6 for f = 1"});
   // f = 0 on the same rows is allowed: theta = 6 = n, beta = 6, the plain mean of all rows:
   // x (0+1+0+1+2+3)/6 = 7/6, y (0+0+1+1+2+3)/6 = 7/6.
@@ -245,11 +245,11 @@ TEST(Aggregate, ClipNormsScalesOnlyLongRows) {
 TEST(Aggregate, RefusesTooFewClientsForF) {
   at::Tensor U4 = agg_rows({{0, 0}, {1, 0}, {0, 1}, {1, 1}});
   // Krum with f = 1 needs n >= 2*1 + 3 = 5.
-  pare::testing::expect_option_error([&] { fed::krum(U4, 1); }, "byzantine",
+  pare::testing::expect_option_error([&] { fed::krum(U4, 1); }, "assume_byzantine",
                                      {"Krum needs n >= 2f + 3 clients: got n = 4 for f = 1"});
-  pare::testing::expect_option_error([&] { fed::multi_krum(U4, 1, 2); }, "byzantine",
+  pare::testing::expect_option_error([&] { fed::multi_krum(U4, 1, 2); }, "assume_byzantine",
                                      {"Multi-Krum needs n >= 2f + 3", "got n = 4 for f = 1"});
-  pare::testing::expect_option_error([&] { fed::krum(U4, -1); }, "byzantine", {"must be >= 0", "got -1"});
+  pare::testing::expect_option_error([&] { fed::krum(U4, -1); }, "assume_byzantine", {"must be >= 0", "got -1"});
   // The trimmed mean needs n > 2 * trim: n = 4, trim = 2 is refused, trim = 1 is fine.
   pare::testing::expect_option_error([&] { fed::trimmed_mean(U4, 2); }, "trim",
                                      {"n > 2 * trim", "got n = 4 for trim = 2"});

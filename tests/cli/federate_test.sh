@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# pare federate: a simulation end to end (server and client processes over loopback gRPC, a
+# Byzantine client, the round log), and the refusals of bad flags and data (exit 2, nothing run).
+source "$(dirname "$0")/lib.sh"
+make_npy_data "$work" 600
+data="npy:$work/x.npy,$work/y.npy"
+
+# 5 clients, one flipping its update's sign, under the coordinate median.
+out=$("$PARE" federate simulate -m mlp:784-16-10 -d "$data" --clients 5 --rounds 3 --partition iid \
+  --aggregator median --byzantine 1 --attack sign-flip --out "$work/sim" --json 2>"$work/sim.err") ||
+  fail "simulate failed: $(cat "$work/sim.err")"
+"$PY" - "$out" "$work/sim" <<'PYEOF' || fail "simulate's summary or round log is wrong"
+import json, sys
+s = json.loads(sys.argv[1]); d = sys.argv[2]
+assert s["rounds"] == 3 and s["aggregator"] == "median" and s["byzantine"] == 1 and s["failed_clients"] == 0, s
+assert 0 <= s["val_accuracy"] <= 1, s
+rounds = [json.loads(l) for l in open(f"{d}/server/rounds.jsonl")]
+assert [r["round"] for r in rounds] == [1, 2, 3], rounds
+for r in rounds:
+    assert r["answered"] == [f"client-0{k}" for k in range(5)] and not r["refused"] and not r["skipped"], r
+state = json.load(open(f"{d}/server/server.json"))
+assert state["round"] == 3 and state["model"] == "round-3.onnx", state
+PYEOF
+[ -f "$work/sim/server/model.onnx" ] && echo "ok: simulate wrote the model" || fail "no server/model.onnx"
+grep -q "update accepted" "$work/sim/logs/client-00.log" || fail "client-00's log: $(cat "$work/sim/logs/client-00.log")"
+expect_exit 0 "accuracy" -- "$PARE" eval "$work/sim/server/model.onnx" -d "$data"
+
+# Bad flags: exit 2 before anything starts, naming the flag.
+sim=("$PARE" federate simulate -m mlp:784-16-10 -d "$data" --clients 4 --rounds 1)
+expect_exit 2 "--aggregator must be one of fedavg, median" -- "${sim[@]}" --aggregator mean --out "$work/bad1"
+expect_exit 2 "--assume-byzantine is too large for 4 clients per round: bulyan needs n >= 7" -- \
+  "${sim[@]}" --aggregator bulyan --byzantine 1 --attack sign-flip --out "$work/bad2"
+expect_exit 2 "dirichlet:0" -- "${sim[@]}" --partition dirichlet:0 --out "$work/bad3"
+expect_exit 2 "--attack is needed with --byzantine" -- "${sim[@]}" --byzantine 1 --out "$work/bad4"
+expect_exit 2 "attack" -- "${sim[@]}" --byzantine 1 --attack nonsense --out "$work/bad5"
+expect_exit 2 "--trim must be in \[0, 0.5\)" -- "${sim[@]}" --aggregator trimmed-mean --trim 0.5 --out "$work/bad6"
+for d in bad1 bad2 bad3 bad4 bad5 bad6; do [ -e "$work/$d" ] && fail "$d: a refused simulation left $work/$d"; done
+expect_exit 2 "missing.onnx" -- "$PARE" federate server -m "$work/missing.onnx" --dir "$work/srv"
+expect_exit 2 "--root-data is needed by the fltrust aggregator" -- \
+  "$PARE" federate server -m mlp:784-16-10 --dir "$work/srv" --aggregator fltrust
+expect_exit 2 "--partition-index must be in \[0, 3\)" -- "$PARE" federate client --server 127.0.0.1:1 --id a \
+  -d "$data" --partition iid --partitions 3 --partition-index 3
+# A client whose server never comes: exit 1 after --server-timeout, naming the address.
+expect_exit 1 "127.0.0.1:$(free_port)|failed" -- "$PARE" federate client --server "127.0.0.1:$(free_port)" --id a \
+  -d "$data" --server-timeout 1
+finish
