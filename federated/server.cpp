@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <mutex>
@@ -349,7 +350,13 @@ void Server::Impl::finish_round(RoundStats& st, std::vector<Answer> got) {
     at::Tensor g0;
     if (o.agg.name == "fltrust") {
       PARE_CHECK(root != nullptr, "FLTrust needs the server's root data set");
-      g0 = flatten(train_local(global, layout, *root, o.local, o.seed + uint64_t(st.round)).update, layout);
+      // As many local steps as a client of the round's mean size makes (Cao et al. train the root
+      // update like a client's): the root set is small, so that is several epochs of it.
+      double mean_n = 0;
+      for (double w : weights) mean_n += w / double(n);
+      LocalTraining how = o.local;
+      how.epochs = std::max<int64_t>(1, std::llround(mean_n * double(o.local.epochs) / double(root->size())));
+      g0 = flatten(train_local(global, layout, *root, how, o.seed + uint64_t(st.round)).update, layout);
     }
     try {
       Aggregate agg = aggregate(o.agg, at::stack(rows), weights, g0, &st.clipped);

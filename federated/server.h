@@ -74,7 +74,8 @@ struct RoundStats {
 class Server {
  public:
   /// `val`: evaluated after every round (may be null); `root`: FLTrust's clean root set (needed
-  /// for fltrust, else unused).
+  /// for fltrust, else unused), on which the server trains each round for as many steps as a
+  /// client of the round's mean size (so for several epochs of the small root set).
   Server(core::Graph initial, ServerOptions opts, const core::TensorDataset* val, const core::TensorDataset* root);
   ~Server();
   /// Runs the remaining rounds (all, or those after the checkpoint in `dir`), tells the clients

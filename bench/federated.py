@@ -1,0 +1,144 @@
+"""Federated training with pare federate simulate (issue 16), beside two references in one run.
+
+No attack (the default): pare's FedAvg over N client processes and gRPC, against
+  * the same model trained centrally by `pare train` for rounds x local epochs epochs, and
+  * the peer: FedAvg written in PyTorch (/usr/bin/python3), on exactly the client data pare's
+    simulation wrote (DIR/data/client-K.{x,y}.npy), with the same local SGD, in one process.
+--table: final accuracy for every aggregator x attack at each Byzantine fraction (pare only:
+no peer here ships these aggregators in C++ or in Debian's Python).
+
+  PARE=build/cli/pare bench/federated.sh                      # 20 clients, Dirichlet 0.5, 30 rounds
+  PARE=build/cli/pare bench/federated.sh --table --rounds 10 --train-samples 20000
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+from bench_util import load_fmnist_torch, torch_model  # noqa: E402
+
+PARE = os.environ.get("PARE", "build/cli/pare")
+AGGS = ["fedavg", "median", "trimmed-mean", "krum", "multi-krum", "bulyan", "fltrust"]
+ATTACKS = ["sign-flip", "scaling", "gaussian", "label-flip", "alie"]
+
+
+def simulate(a, out, aggregator="fedavg", byzantine=0, attack="none"):
+    cmd = [PARE, "federate", "simulate", "-m", a.model, "-d", "fashion-mnist", "--clients", str(a.clients),
+           "--rounds", str(a.rounds), "--partition", a.partition, "--lr", str(a.lr), "--seed", str(a.seed),
+           "--aggregator", aggregator, "--out", out, "--json", "--quiet"]
+    if a.train_samples:
+        cmd += ["--train-samples", str(a.train_samples)]
+    if byzantine:
+        cmd += ["--byzantine", str(byzantine), "--attack", attack]
+        if aggregator == "trimmed-mean":  # cut at least the attackers' share at each end
+            cmd += ["--trim", str(min(0.45, max(0.2, byzantine / a.clients)))]
+    t0 = time.time()
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        return None, time.time() - t0, r.stderr.strip().splitlines()[-1:]
+    return json.loads(r.stdout)["val_accuracy"], time.time() - t0, None
+
+
+def torch_fedavg(a, data_dir):
+    """FedAvg in PyTorch on pare's client files: local SGD (momentum, batch 32), sample-weighted mean."""
+    torch.manual_seed(a.seed)
+    torch.set_num_threads(2)
+    parts = []
+    for k in range(a.clients):
+        x = torch.from_numpy(np.load(f"{data_dir}/client-{k:02d}.x.npy"))
+        y = torch.from_numpy(np.load(f"{data_dir}/client-{k:02d}.y.npy"))
+        parts.append((x, y))
+    xt, yt = load_fmnist_torch("test")
+    glob = torch_model(a.model)
+    n_all = sum(len(y) for _, y in parts)
+    for _ in range(a.rounds):
+        avg = {k: torch.zeros_like(v) for k, v in glob.state_dict().items()}
+        for x, y in parts:
+            local = torch_model(a.model)
+            local.load_state_dict(glob.state_dict())
+            opt = torch.optim.SGD(local.parameters(), lr=a.lr, momentum=0.9)
+            perm = torch.randperm(len(y))
+            for i in range(0, len(y), 32):
+                idx = perm[i:i + 32]
+                opt.zero_grad()
+                torch.nn.functional.cross_entropy(local(x[idx]), y[idx]).backward()
+                opt.step()
+            for k, v in local.state_dict().items():
+                avg[k] += v * (len(y) / n_all)
+        glob.load_state_dict(avg)
+    with torch.no_grad():
+        return (glob(xt).argmax(1) == yt).float().mean().item()
+
+
+def central(a, work):
+    cmd = [PARE, "train", "-m", a.model, "-d", "fashion-mnist", "--epochs", str(a.rounds), "--optimizer", "sgd",
+           "--lr", str(a.lr), "--momentum", "0.9", "--batch-size", "32", "--seed", str(a.seed),
+           "--out", f"{work}/central.onnx", "--json", "--quiet"]
+    if a.train_samples:
+        print("note: the central run uses the whole training set", file=sys.stderr)
+    return json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)["val_accuracy"]
+
+
+def no_attack(a, work):
+    t0 = time.time()
+    fed, fed_s, err = simulate(a, f"{work}/fedavg")
+    if fed is None:
+        sys.exit(f"pare federate simulate failed: {err}")
+    t1 = time.time()
+    peer = torch_fedavg(a, f"{work}/fedavg/data")
+    peer_s = time.time() - t1
+    cen = central(a, work)
+    print(f"{a.clients} clients, {a.partition}, {a.rounds} rounds of 1 local epoch, {a.model}, SGD lr {a.lr}")
+    print(f"| run | test accuracy | seconds |\n|---|---|---|")
+    print(f"| pare federate simulate (FedAvg, {a.clients + 1} processes, gRPC) | {fed * 100:.2f}% | {fed_s:.0f} |")
+    print(f"| PyTorch FedAvg on the same client data (one process) | {peer * 100:.2f}% | {peer_s:.0f} |")
+    print(f"| pare train, central, {a.rounds} epochs | {cen * 100:.2f}% | - |")
+    print(f"FedAvg vs central: {(fed - cen) * 100:+.2f} points; pare vs PyTorch FedAvg: {(fed - peer) * 100:+.2f} points; "
+          f"total {time.time() - t0:.0f} s")
+
+
+def table(a, work):
+    base, _, _ = simulate(a, f"{work}/base")
+    print(f"no attack, FedAvg: {base * 100:.2f}%")
+    for frac in a.fractions:
+        f = int(round(frac * a.clients))
+        print(f"\n{f} of {a.clients} clients attacking ({frac:.0%}); {a.rounds} rounds; cells: final test accuracy "
+              f"(points vs the no-attack FedAvg)\n")
+        print("| aggregator | " + " | ".join(ATTACKS) + " |\n|---|" + "---|" * len(ATTACKS))
+        for agg in a.aggregators:
+            cells = []
+            for att in ATTACKS:
+                if agg == "bulyan" and a.clients < 4 * f + 3:
+                    cells.append(f"n/a (n < 4f+3)")
+                    continue
+                acc, secs, err = simulate(a, f"{work}/{agg}-{att}-{f}", agg, f, att)
+                cells.append(f"{acc * 100:.1f} ({(acc - base) * 100:+.1f})" if acc is not None else f"failed: {err}")
+            print(f"| {agg} | " + " | ".join(cells) + " |", flush=True)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="mlp:784-100-10")
+    p.add_argument("--clients", type=int, default=20)
+    p.add_argument("--rounds", type=int, default=30)
+    p.add_argument("--partition", default="dirichlet:0.5")
+    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--train-samples", type=int, default=0)
+    p.add_argument("--table", action="store_true")
+    p.add_argument("--fractions", type=float, nargs="+", default=[0.2, 0.4])
+    p.add_argument("--aggregators", nargs="+", default=AGGS)
+    a = p.parse_args()
+    with tempfile.TemporaryDirectory() as work:
+        (table if a.table else no_attack)(a, work)
+
+
+if __name__ == "__main__":
+    main()
