@@ -6,9 +6,13 @@ No attack (the default): pare's FedAvg over N client processes and gRPC, against
     simulation wrote (DIR/data/client-K.{x,y}.npy), with the same local SGD, in one process.
 --table: final accuracy for every aggregator x attack at each Byzantine fraction (pare only:
 no peer here ships these aggregators in C++ or in Debian's Python).
+--feddf A B C: FedDF with clients running the architectures A, B, C (client k runs k mod 3), its
+models distilled each round on --distill-samples held-out training inputs, against FedAvg of each
+architecture alone on all the clients (which also get the held-out samples, with their labels).
 
   PARE=build/cli/pare bench/federated.sh                      # 20 clients, Dirichlet 0.5, 30 rounds
   PARE=build/cli/pare bench/federated.sh --table --rounds 10 --train-samples 20000
+  PARE=build/cli/pare bench/federated.sh --feddf mlp:784-100-10 mlp:784-300-100-10 lenet5
 """
 import argparse
 import json
@@ -29,8 +33,10 @@ AGGS = ["fedavg", "median", "trimmed-mean", "krum", "multi-krum", "bulyan", "flt
 ATTACKS = ["sign-flip", "scaling", "gaussian", "label-flip", "alie"]
 
 
-def simulate(a, out, aggregator="fedavg", byzantine=0, attack="none"):
-    cmd = [PARE, "federate", "simulate", "-m", a.model, "-d", "fashion-mnist", "--clients", str(a.clients),
+def simulate(a, out, aggregator="fedavg", byzantine=0, attack="none", models=None, extra=()):
+    models = models or [a.model]
+    cmd = [PARE, "federate", "simulate", *sum((["-m", m] for m in models), []), "-d", "fashion-mnist",
+           "--clients", str(a.clients),
            "--rounds", str(a.rounds), "--partition", a.partition, "--lr", str(a.lr), "--seed", str(a.seed),
            "--aggregator", aggregator, "--out", out, "--json", "--quiet"]
     if a.train_samples:
@@ -39,11 +45,13 @@ def simulate(a, out, aggregator="fedavg", byzantine=0, attack="none"):
         cmd += ["--byzantine", str(byzantine), "--attack", attack]
         if aggregator == "trimmed-mean":  # cut at least the attackers' share at each end
             cmd += ["--trim", str(min(0.45, max(0.2, byzantine / a.clients)))]
+    cmd += list(extra)
     t0 = time.time()
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         return None, time.time() - t0, r.stderr.strip().splitlines()[-1:]
-    return json.loads(r.stdout)["val_accuracy"], time.time() - t0, None
+    j = json.loads(r.stdout)
+    return j.get("model_accuracy", j["val_accuracy"]), time.time() - t0, None
 
 
 def torch_fedavg(a, data_dir):
@@ -123,6 +131,25 @@ def table(a, work):
             print(f"| {agg} | " + " | ".join(cells) + " |", flush=True)
 
 
+def feddf(a, work):
+    print(f"{a.clients} clients, {a.partition}, {a.rounds} rounds of 1 local epoch, SGD lr {a.lr}; FedDF: client k "
+          f"runs architecture k mod {len(a.feddf)}, {a.distill_samples} held-out unlabeled inputs, ensemble {a.ensemble}")
+    accs, secs, err = simulate(a, f"{work}/feddf", models=a.feddf,
+                               extra=["--mode", "feddf", "--distill-samples", str(a.distill_samples),
+                                      "--ensemble", a.ensemble])
+    if accs is None:
+        sys.exit(f"feddf failed: {err}")
+    print("| architecture | FedDF (mixed clients) | FedAvg (all clients this architecture) |\n|---|---|---|")
+    best = 0
+    for m, acc in zip(a.feddf, accs):
+        alone, s_alone, err = simulate(a, f"{work}/fedavg-{m.replace(':', '_')}", models=[m])
+        best = max(best, alone or 0)
+        print(f"| {m} | {acc * 100:.2f}% | " + (f"{alone * 100:.2f}% ({s_alone:.0f} s)" if alone else f"failed {err}") +
+              " |", flush=True)
+    print(f"FedDF's best model {max(accs) * 100:.2f}% vs FedAvg's best homogeneous setup {best * 100:.2f}%: "
+          f"{(max(accs) - best) * 100:+.2f} points; FedDF took {secs:.0f} s")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="mlp:784-100-10")
@@ -135,9 +162,12 @@ def main():
     p.add_argument("--table", action="store_true")
     p.add_argument("--fractions", type=float, nargs="+", default=[0.2, 0.4])
     p.add_argument("--aggregators", nargs="+", default=AGGS)
+    p.add_argument("--feddf", nargs="+", metavar="MODEL")
+    p.add_argument("--distill-samples", type=int, default=5000)
+    p.add_argument("--ensemble", default="mean")
     a = p.parse_args()
     with tempfile.TemporaryDirectory() as work:
-        (table if a.table else no_attack)(a, work)
+        (feddf if a.feddf else table if a.table else no_attack)(a, work)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,8 @@ namespace {
 
 // What server and simulate share: the model, the server's data and every round option.
 struct ServerFlags {
-  std::string model, val_data, val_split = "test", root_data;
+  std::vector<std::string> models;
+  std::string val_data, val_split = "test", root_data, distill_data;
   int64_t root_samples = 100;
   int threads = 0;
   bool json = false;
@@ -36,14 +37,28 @@ struct ServerFlags {
 
   void add(CLI::App* cmd, bool simulate) {
     auto& s = server;
-    cmd->add_option("--model,-m", model, "The global model: zoo spec (mlp:784-100-10, lenet5, cnn, ...) or ONNX file")
+    cmd->add_option("--model,-m", models,
+                    "The global model: zoo spec (mlp:784-100-10, lenet5, cnn, ...) or ONNX file; with --mode feddf "
+                    "repeat it, one per architecture the clients train")
         ->required();
+    cmd->add_option("--mode", s.mode, "fedavg (one model) or feddf (one per architecture, fused by distillation)")
+        ->capture_default_str();
     cmd->add_option("--rounds", s.rounds, "Federated rounds")->capture_default_str();
     if (!simulate) {
       cmd->add_option("--clients", s.clients, "Clients to wait for before the first round")->capture_default_str();
       cmd->add_option("--val-data", val_data, "Data set evaluated after every round (fashion-mnist[:DIR] or npy:X,Y)");
       cmd->add_option("--root-data", root_data, "FLTrust: the server's clean root data set (its train split)");
+      cmd->add_option("--distill-data", distill_data, "feddf: the server's unlabeled inputs (npy:X.npy, or a data "
+                      "set whose labels are not read; its train split)")->group("FedDF");
     }
+    const std::string d = "FedDF";
+    cmd->add_option("--ensemble", s.ensemble, "How the client models' logits combine: mean, median or trimmed-mean "
+                    "(--trim)")->capture_default_str()->group(d);
+    cmd->add_option("--distill-epochs", s.distill_epochs, "Epochs over the distillation set per round")
+        ->capture_default_str()->group(d);
+    cmd->add_option("--distill-lr", s.distill_lr, "Adam's learning rate")->capture_default_str()->group(d);
+    cmd->add_option("--distill-temperature", s.distill_temperature, "KD temperature")->capture_default_str()->group(d);
+    cmd->add_option("--distill-batch", s.distill_batch, "Batch size")->capture_default_str()->group(d);
     cmd->add_option("--val-split", val_split, "Split of the validation data")->capture_default_str();
     cmd->add_option("--root-samples", root_samples, "FLTrust: samples of the root data set used")->capture_default_str();
     cmd->add_option("--per-round", s.per_round, "Clients sampled per round (0: every live client)")->capture_default_str();
@@ -89,11 +104,15 @@ struct ServerFlags {
   // Runs the server; prints the summary.
   void run() const {
     set_threads(threads);
-    core::Graph g = core::load_model(model, server.seed);
-    core::TensorDataset val, root;
+    std::vector<core::Graph> graphs;
+    for (size_t k = 0; k < models.size(); ++k) graphs.push_back(core::load_model(models[k], server.seed + k));
+    core::TensorDataset val, root, dis;
     if (!val_data.empty()) val = core::load_dataset(val_data, val_split);
     if (!root_data.empty()) root = root_set(root_data, root_samples, server.seed + 17);
-    federated::Server srv(std::move(g), server, val_data.empty() ? nullptr : &val, root_data.empty() ? nullptr : &root);
+    if (!distill_data.empty()) dis = core::load_dataset(distill_data, "train");
+    federated::ServerData d{val_data.empty() ? nullptr : &val, root_data.empty() ? nullptr : &root,
+                            distill_data.empty() ? nullptr : &dis};
+    federated::Server srv(std::move(graphs), server, d);
     const auto rounds = srv.run();
     const auto& last = rounds.back();
     const std::string out = join_path(server.dir, "model.onnx");
@@ -118,6 +137,7 @@ struct AttackFlags {
     cmd->add_option("--attack", attack, "none, sign-flip, scaling, gaussian, label-flip or alie")
         ->capture_default_str()->group(g);
     cmd->add_option("--attack-scale", ao.scale, "scaling: the factor")->capture_default_str()->group(g);
+    cmd->add_option("--attack-flip", ao.flip, "sign-flip: the reversed update's factor")->capture_default_str()->group(g);
     cmd->add_option("--attack-sigma", ao.sigma, "gaussian: the noise's standard deviation")->capture_default_str()->group(g);
   }
 };
@@ -176,6 +196,9 @@ void add_client(CLI::App* fed, Action& action) {
   auto o = std::make_shared<Opts>();
   cmd->add_option("--server", o->client.server, "The server's host:port")->required();
   cmd->add_option("--id", o->client.id, "This client's name (stable over restarts)")->required();
+  cmd->add_option("--architecture", o->client.architecture,
+                  "feddf: which of the server's models (0-based, in its --model order) this client trains")
+      ->capture_default_str();
   o->data.add(cmd);
   cmd->add_option("--server-timeout", o->client.server_timeout, "Seconds without the server before giving up")
       ->capture_default_str();
@@ -211,7 +234,7 @@ struct Simulation {
   AttackFlags attack;
   federated::AttackOptions attack_opts;
   std::string data, partition = "dirichlet:0.5", out;
-  int64_t clients = 10, byzantine = 0, train_samples = 0;
+  int64_t clients = 10, byzantine = 0, train_samples = 0, distill_samples = 5000;
 
   std::string self() const {
     char buf[4096];
@@ -247,19 +270,28 @@ struct Simulation {
     return pid;
   }
 
-  // Writes client k's part of the training set as DIR/data/client-K.{x,y}.npy.
+  // Writes client k's part of the training set as DIR/data/client-K.{x,y}.npy, and for feddf the
+  // server's distillation inputs (held out from the clients' data) as DIR/data/server-distill.x.npy.
   std::vector<std::string> write_parts() const {
     core::TensorDataset ds = core::load_dataset(data, "train");
     core::require_labels(ds, "federated simulation");
     const uint64_t seed = flags.server.seed;
-    if (train_samples > 0 && train_samples < ds.size()) {
-      const at::Tensor idx = at::randperm(ds.size(), at::make_generator<at::CPUGeneratorImpl>(seed + 1)).narrow(0, 0, train_samples);
+    const bool feddf = flags.server.mode == "feddf";
+    const int64_t keep = train_samples > 0 ? std::min(train_samples, ds.size()) : ds.size();
+    PARE_CHECK_OPTION(!feddf || (distill_samples >= 1 && distill_samples < keep), "distill_samples", "must be in [1, ",
+                      keep, ") with --mode feddf, got ", distill_samples);
+    const int64_t held = feddf ? distill_samples : 0;
+    const at::Tensor perm = at::randperm(ds.size(), at::make_generator<at::CPUGeneratorImpl>(seed + 1));
+    const at::Tensor server_x = ds.x.index_select(0, perm.narrow(0, keep - held, held));
+    if (held > 0 || keep < ds.size()) {
+      const at::Tensor idx = perm.narrow(0, 0, keep - held);
       ds.x = ds.x.index_select(0, idx);
       ds.y = ds.y.index_select(0, idx);
     }
     const federated::Split split = federated::split_by_spec(partition, ds.y, clients, seed);
     const std::string dir = join_path(out, "data");
     make_dirs(dir);
+    if (feddf) core::save_npy(server_x, join_path(dir, "server-distill.x.npy"));
     std::vector<std::string> specs;
     for (int64_t k = 0; k < clients; ++k) {
       const at::Tensor idx = at::tensor(split[k], at::kLong);
@@ -279,7 +311,7 @@ struct Simulation {
 
   std::vector<std::string> server_args(const std::string& port_file) const {
     const auto& s = flags.server;
-    std::vector<std::string> a = {self(), "federate", "server", "--model", flags.model, "--dir", join_path(out, "server"),
+    std::vector<std::string> a = {self(), "federate", "server", "--dir", join_path(out, "server"),
                                   "--listen", "127.0.0.1:0", "--port-file", port_file, "--clients", std::to_string(clients),
                                   "--val-data", data, "--val-split", flags.val_split, "--rounds", std::to_string(s.rounds),
                                   "--per-round", std::to_string(s.per_round), "--min-clients", std::to_string(s.min_clients),
@@ -292,6 +324,17 @@ struct Simulation {
                                   "--optimizer", s.local.optimizer, "--momentum", std::to_string(s.local.momentum),
                                   "--seed", std::to_string(s.seed), "--max-message-mb", std::to_string(s.max_message_mb),
                                   "--threads", std::to_string(flags.threads > 0 ? flags.threads : 2)};
+    for (const std::string& m : flags.models)
+      for (const std::string& x : {std::string("--model"), m}) a.push_back(x);
+    for (const std::string& x : {std::string("--mode"), s.mode, std::string("--ensemble"), s.ensemble,
+                                 std::string("--distill-epochs"), std::to_string(s.distill_epochs), std::string("--distill-lr"),
+                                 std::to_string(s.distill_lr), std::string("--distill-temperature"),
+                                 std::to_string(s.distill_temperature), std::string("--distill-batch"),
+                                 std::to_string(s.distill_batch)})
+      a.push_back(x);
+    if (s.mode == "feddf")
+      for (const std::string& x : {std::string("--distill-data"), "npy:" + join_path(out, "data/server-distill.x.npy")})
+        a.push_back(x);
     if (s.agg.name == "fltrust")
       for (const std::string& x : {std::string("--root-data"), data, std::string("--root-samples"), std::to_string(flags.root_samples)})
         a.push_back(x);
@@ -301,11 +344,13 @@ struct Simulation {
 
   std::vector<std::string> client_args(int64_t k, const std::string& part, int port) const {
     std::vector<std::string> a = {self(), "federate", "client", "--server", "127.0.0.1:" + std::to_string(port), "--id",
-                                  client_id(k), "--data", part, "--threads", "1", "--server-timeout",
+                                  client_id(k), "--data", part, "--threads", "1", "--architecture",
+                                  std::to_string(k % int64_t(flags.models.size())), "--server-timeout",
                                   std::to_string(flags.server.round_timeout * 2 + 60)};
     if (k < byzantine) {  // the first `byzantine` clients attack
       for (const std::string& x :
            {std::string("--attack"), attack.attack, std::string("--attack-scale"), std::to_string(attack_opts.scale),
+            std::string("--attack-flip"), std::to_string(attack_opts.flip),
             std::string("--attack-sigma"), std::to_string(attack_opts.sigma), std::string("--attack-seed"),
             std::to_string(flags.server.seed + uint64_t(k))})
         a.push_back(x);
@@ -386,7 +431,9 @@ void Simulation::run() const {
     nlohmann::json j = {{"model", join_path(out, "server/model.onnx")}, {"rounds_log", rounds},
                         {"rounds", flags.server.rounds}, {"aggregator", flags.server.agg.name},
                         {"attack", attack.attack}, {"byzantine", byzantine}, {"clients", clients},
-                        {"failed_clients", failed}, {"val_accuracy", last.value("val_accuracy", -1.0)}};
+                        {"failed_clients", failed}, {"val_accuracy", last.value("val_accuracy", -1.0)},
+                        {"mode", flags.server.mode}};
+    if (last.contains("model_accuracy")) j["model_accuracy"] = last["model_accuracy"];
     std::cout << j.dump() << "\n";
   } else if (!flags.server.quiet) {
     std::fprintf(stderr, "simulate: final val acc %.2f%%, %d client(s) did not exit cleanly; model %s\n",
@@ -403,6 +450,8 @@ void add_simulate(CLI::App* fed, Action& action) {
   cmd->add_option("--clients", o->clients, "Client processes")->capture_default_str();
   cmd->add_option("--partition", o->partition, "iid, dirichlet:ALPHA or shards:K")->capture_default_str();
   cmd->add_option("--train-samples", o->train_samples, "Use this many training samples (0: all)");
+  cmd->add_option("--distill-samples", o->distill_samples, "feddf: training samples held out from the clients, "
+                  "without their labels, as the server's distillation set")->capture_default_str()->group("FedDF");
   cmd->add_option("--byzantine", o->byzantine, "Attacking clients (the first F)")->capture_default_str()
       ->group("Attack (experiments)");
   o->attack.add(cmd, o->attack_opts);

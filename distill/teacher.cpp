@@ -373,21 +373,30 @@ std::unordered_map<std::string, at::Tensor> EnsembleTeacher::forward(const at::T
   for (const auto& v : values)
     PARE_CHECK(v == "logits", describe(), " provides logits only, not value '", v,
                "' (hint and attention losses need a single ONNX or zoo teacher)");
+  std::vector<at::Tensor> all;
   at::Tensor acc;
-  at::Tensor first;
   for (size_t i = 0; i < members_.size(); ++i) {
     at::Tensor l = members_[i]->logits(x);
-    if (i == 0) {
-      first = l;
-      acc = l * weights_[0];
-      continue;
-    }
-    PARE_CHECK(l.sizes() == first.sizes(), "ensemble members disagree: ", members_[0]->describe(),
-               " gives logits ", sizes_str(first), " but ", members_[i]->describe(), " gives ", sizes_str(l));
+    if (i > 0)
+      PARE_CHECK(l.sizes() == all[0].sizes(), "ensemble members disagree: ", members_[0]->describe(), " gives logits ",
+                 sizes_str(all[0]), " but ", members_[i]->describe(), " gives ", sizes_str(l));
     // acc + l * w, not add_(l, alpha): the same rounding as the textbook formula.
-    acc = acc + l * weights_[i];
+    if (combine_ == Combine::kMean) acc = i == 0 ? l * weights_[0] : acc + l * weights_[i];
+    all.push_back(std::move(l));
   }
-  return {{"logits", acc}};
+  if (combine_ == Combine::kMean) return {{"logits", acc}};
+  const at::Tensor sorted = std::get<0>(at::stack(all).sort(0));
+  const int64_t n = sorted.size(0);
+  if (combine_ == Combine::kMedian)
+    return {{"logits", n % 2 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) * 0.5}};
+  const int64_t k = int64_t(trim_ * double(n));
+  return {{"logits", sorted.narrow(0, k, n - 2 * k).mean(0)}};
+}
+
+void EnsembleTeacher::set_combine(Combine c, double trim) {
+  PARE_CHECK_OPTION(trim >= 0 && trim < 0.5, "trim", "must be in [0, 0.5), got ", trim);
+  combine_ = c;
+  trim_ = trim;
 }
 
 bool EnsembleTeacher::has_value(const std::string& name) const { return name == "logits"; }

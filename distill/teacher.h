@@ -202,6 +202,14 @@ class EnsembleTeacher : public Teacher {
   /// Throws InputError otherwise, or when `members` is empty.
   EnsembleTeacher(std::vector<std::unique_ptr<Teacher>> members, std::vector<double> weights);
 
+  /// How the members' logits combine: the weighted mean (default), or, robust to a few members
+  /// that are wrong on purpose (federated distillation with Byzantine clients), the
+  /// coordinate-wise median (numpy's: the mean of the two middle values for an even count) or the
+  /// trimmed mean that drops floor(trim * n) values at each end (weights unused by both).
+  enum class Combine { kMean, kMedian, kTrimmedMean };
+  /// Throws InputError when trim is outside [0, 0.5).
+  void set_combine(Combine c, double trim = 0.2);
+
   /// Throws InputError naming both members when their logits differ in shape.
   std::unordered_map<std::string, at::Tensor> forward(const at::Tensor& x,
                                                       const std::vector<std::string>& values) override;
@@ -219,6 +227,8 @@ class EnsembleTeacher : public Teacher {
  private:
   std::vector<std::unique_ptr<Teacher>> members_;
   std::vector<double> weights_;
+  Combine combine_ = Combine::kMean;
+  double trim_ = 0.2;
 };
 
 /// Checks teacher weights for `n` teachers and returns them normalised to sum 1 (empty: equal).

@@ -78,7 +78,8 @@ at::Tensor attack_update(AttackKind kind, const at::Tensor& u, const AttackOptio
   at::NoGradGuard no_grad;
   switch (kind) {
     case AttackKind::kSignFlip:
-      return -u.detach();
+      PARE_CHECK_OPTION(std::isfinite(opts.flip) && opts.flip > 0, "flip", "must be finite and > 0, got ", opts.flip);
+      return u.detach() * -opts.flip;
     case AttackKind::kScaling:
       PARE_CHECK_OPTION(std::isfinite(opts.scale), "scale", "must be finite, got ", opts.scale);
       return u.detach() * opts.scale;

@@ -18,11 +18,12 @@ std::string attack_name(AttackKind kind);
 
 struct AttackOptions {
   double scale = 10;     ///< scaling: the factor (a boosted update)
+  double flip = 4;       ///< sign-flip: the reversed update's factor (4, as in Li et al. 2019, RSA)
   double sigma = 1;      ///< gaussian: standard deviation of the noise that replaces the update
   uint64_t seed = 0;     ///< gaussian: noise seed
 };
 
-/// sign-flip: -u. scaling: scale * u. gaussian: N(0, sigma^2) noise of u's shape, drawn from the
+/// sign-flip: -flip * u. scaling: scale * u. gaussian: N(0, sigma^2) noise of u's shape, drawn from the
 /// seed. Others (none, label-flip, alie): u unchanged.
 at::Tensor attack_update(AttackKind kind, const at::Tensor& u, const AttackOptions& opts);
 

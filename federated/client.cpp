@@ -137,6 +137,7 @@ ClientStats run_client(const ClientOptions& o, core::TensorDataset data) {
   wire::PollRequest req;
   req.set_client_id(o.id);
   req.set_num_samples(data.size());
+  req.set_architecture(o.architecture);
   for (;;) {
     wire::Task task;
     conn.retry("a poll", [&](grpc::ClientContext& ctx) { return conn.stub->Poll(&ctx, req, &task); });

@@ -15,6 +15,7 @@ namespace pare::federated {
 struct ClientOptions {
   std::string server = "127.0.0.1:50051";  ///< host:port
   std::string id;                          ///< the client's name, stable over restarts
+  int64_t architecture = 0;                ///< which of the server's models it trains (feddf)
   double server_timeout = 120;             ///< seconds without the server before giving up
   int64_t max_message_mb = 512;
   bool quiet = false;

@@ -17,6 +17,8 @@
 #include "core/json_util.h"
 #include "core/module.h"
 #include "core/onnx_io.h"
+#include "distill/distiller.h"
+#include "distill/teacher.h"
 #include "distill/trainer.h"
 #include "federated/wire.h"
 
@@ -67,6 +69,13 @@ void ServerOptions::validate() const {
                     max_message_mb);
   PARE_CHECK_OPTION(local.epochs >= 1, "local_epochs", "must be at least 1, got ", local.epochs);
   PARE_CHECK_OPTION(!dir.empty(), "dir", "is needed (the server's state and round log)");
+  PARE_CHECK_OPTION(mode == "fedavg" || mode == "feddf", "mode", "must be fedavg or feddf, got '", mode, "'");
+  PARE_CHECK_OPTION(ensemble == "mean" || ensemble == "median" || ensemble == "trimmed-mean", "ensemble",
+                    "must be mean, median or trimmed-mean, got '", ensemble, "'");
+  PARE_CHECK_OPTION(distill_epochs >= 1, "distill_epochs", "must be at least 1, got ", distill_epochs);
+  PARE_CHECK_OPTION(distill_batch >= 1, "distill_batch", "must be at least 1, got ", distill_batch);
+  PARE_CHECK_OPTION(distill_lr > 0, "distill_lr", "must be > 0, got ", distill_lr);
+  PARE_CHECK_OPTION(distill_temperature > 0, "distill_temperature", "must be > 0, got ", distill_temperature);
   // A round has at most this many answers: too few for the aggregator's f is a mistake to say now
   // (a round with fewer answers than its rule needs is skipped and says why).
   const int64_t n = per_round > 0 ? std::min(per_round, clients) : clients, f = agg.assume_byzantine;
@@ -79,6 +88,7 @@ namespace {
 
 struct Answer {
   std::string client;
+  int64_t arch = 0;
   Tensors update;
   int64_t num_samples = 0;
   double train_loss = 0;
@@ -90,6 +100,7 @@ json round_json(const RoundStats& r) {
   json j = {{"round", r.round},     {"sampled", r.sampled}, {"answered", r.answered}, {"refused", refused},
             {"selected", r.selected}, {"scores", r.scores},  {"clipped", r.clipped},   {"skipped", r.skipped},
             {"train_loss", r.train_loss}, {"seconds", r.seconds}};
+  if (!r.model_accuracy.empty()) j["model_accuracy"] = r.model_accuracy;
   if (r.skipped) j["skip_reason"] = r.skip_reason;
   if (r.val_accuracy >= 0) {
     j["val_accuracy"] = r.val_accuracy;
@@ -113,6 +124,7 @@ RoundStats round_of(const json& j) {
   r.seconds = j.at("seconds").get<double>();
   r.val_accuracy = j.value("val_accuracy", -1.0);
   r.val_loss = j.value("val_loss", -1.0);
+  r.model_accuracy = j.value("model_accuracy", std::vector<double>{});
   return r;
 }
 
@@ -120,13 +132,13 @@ RoundStats round_of(const json& j) {
 
 struct Server::Impl final : wire::Federation::Service {
   ServerOptions o;
-  core::Graph global;
-  Layout layout;
-  const core::TensorDataset *val, *root;
+  std::vector<core::Graph> models;  // the global model, or one per architecture (feddf)
+  std::vector<Layout> layouts;
+  ServerData data;
   std::vector<RoundStats> history;
 
   struct Client {
-    int64_t num_samples = 0;
+    int64_t num_samples = 0, arch = 0;
     Clock::time_point seen;
   };
   std::mutex mu;
@@ -136,12 +148,13 @@ struct Server::Impl final : wire::Federation::Service {
   bool open = false, done = false;
   Clock::time_point deadline;
   std::set<std::string> sampled, replied, told_done;  // replied: answered or refused this round
-  std::string model_bytes;
+  std::vector<std::string> model_bytes;  // per architecture
   std::vector<Answer> answers;
   std::vector<std::pair<std::string, std::string>> refused;
 
-  Impl(core::Graph g, ServerOptions opts, const core::TensorDataset* v, const core::TensorDataset* r)
-      : o(std::move(opts)), global(std::move(g)), layout(state_layout(global)), val(v), root(r) {}
+  Impl(std::vector<core::Graph> g, ServerOptions opts, ServerData d) : o(std::move(opts)), models(std::move(g)), data(d) {
+    for (const core::Graph& m : models) layouts.push_back(state_layout(m));
+  }
 
   grpc::Status Poll(grpc::ServerContext*, const wire::PollRequest* req, wire::Task* task) override;
   grpc::Status Submit(grpc::ServerContext*, const wire::Update* req, wire::UpdateReply* reply) override;
@@ -153,6 +166,9 @@ struct Server::Impl final : wire::Federation::Service {
   std::vector<std::string> sample(int64_t r);
   RoundStats run_round(int64_t r);
   void finish_round(RoundStats& st, std::vector<Answer> got);
+  void aggregate_into(RoundStats& st, const std::vector<Answer>& got, int64_t arch);
+  void distill_round(const std::vector<Answer>& got, const std::vector<core::Graph>& before, int64_t round);
+  std::string model_file(int64_t r, size_t k) const;
 };
 
 void Server::Impl::log(const char* fmt, ...) const {
@@ -167,10 +183,15 @@ grpc::Status Server::Impl::Poll(grpc::ServerContext*, const wire::PollRequest* r
   if (req->client_id().empty() || req->client_id().size() > 256)
     return {grpc::StatusCode::INVALID_ARGUMENT, "client_id must have 1 to 256 characters"};
   if (req->num_samples() < 1) return {grpc::StatusCode::INVALID_ARGUMENT, "num_samples must be at least 1"};
+  if (req->architecture() < 0 || req->architecture() >= int64_t(models.size()))
+    return {grpc::StatusCode::INVALID_ARGUMENT, "architecture " + std::to_string(req->architecture()) +
+                                                    ": the server trains " + std::to_string(models.size()) +
+                                                    " model(s), 0 to " + std::to_string(models.size() - 1)};
   std::lock_guard<std::mutex> lock(mu);
   Client& c = clients[req->client_id()];
   if (c.num_samples == 0) cv.notify_all();  // a new client: wait_for_clients may be waiting
   c.num_samples = req->num_samples();
+  c.arch = req->architecture();
   c.seen = Clock::now();
   task->set_wait_ms(100);
   if (done) {
@@ -185,7 +206,7 @@ grpc::Status Server::Impl::Poll(grpc::ServerContext*, const wire::PollRequest* r
   }
   task->set_kind(wire::Task::TRAIN);
   task->set_round(round);
-  task->set_model(model_bytes);
+  task->set_model(model_bytes.at(c.arch));
   task->set_local_epochs(o.local.epochs);
   task->set_batch_size(o.local.batch_size);
   task->set_lr(o.local.lr);
@@ -199,9 +220,10 @@ grpc::Status Server::Impl::Poll(grpc::ServerContext*, const wire::PollRequest* r
 grpc::Status Server::Impl::Submit(grpc::ServerContext*, const wire::Update* req, wire::UpdateReply* reply) {
   Tensors update;
   std::string why = decode_tensors(req->tensors(), &update);
-  if (why.empty()) why = check_update(update, layout);
   std::lock_guard<std::mutex> lock(mu);
   const std::string& id = req->client_id();
+  const int64_t arch = clients.count(id) ? clients[id].arch : 0;
+  if (why.empty()) why = check_update(update, layouts[arch]);
   std::string late;
   if (!open || req->round() != round)
     late = "the update is for round " + std::to_string(req->round()) + ", the open round is " +
@@ -224,7 +246,7 @@ grpc::Status Server::Impl::Submit(grpc::ServerContext*, const wire::Update* req,
     reply->set_reason(why);
     log("round %lld: refused the update of %s: %s\n", (long long)round, id.c_str(), why.c_str());
   } else {
-    answers.push_back({id, std::move(update), req->num_samples(), req->train_loss()});
+    answers.push_back({id, arch, std::move(update), req->num_samples(), req->train_loss()});
     reply->set_accepted(true);
   }
   cv.notify_all();
@@ -236,18 +258,26 @@ grpc::Status Server::Impl::Submit(grpc::ServerContext*, const wire::Update* req,
 // server.json naming a model that exists.
 void Server::Impl::checkpoint() {
   const int64_t r = history.empty() ? 0 : history.back().round;
-  const std::string model = "round-" + std::to_string(r) + ".onnx";
-  core::save_onnx(global, join_path(o.dir, model));
+  json files = json::array();
+  for (size_t k = 0; k < models.size(); ++k) {
+    files.push_back(model_file(r, k));
+    core::save_onnx(models[k], join_path(o.dir, files.back()));
+  }
   json rounds = json::array();
   std::string lines;
   for (const RoundStats& h : history) {
     rounds.push_back(round_json(h));
     lines += rounds.back().dump() + "\n";
   }
-  const json state = {{"format", "pare.federated.server/1"}, {"round", r}, {"model", model}, {"rounds", rounds}};
+  const json state = {{"format", "pare.federated.server/1"}, {"round", r}, {"models", files}, {"rounds", rounds}};
   write_file_atomic(join_path(o.dir, "server.json"), state.dump(1) + "\n");
   write_file_atomic(join_path(o.dir, "rounds.jsonl"), lines);
-  if (r > 0) std::remove(join_path(o.dir, "round-" + std::to_string(r - 1) + ".onnx").c_str());
+  for (size_t k = 0; r > 0 && k < models.size(); ++k) std::remove(join_path(o.dir, model_file(r - 1, k)).c_str());
+}
+
+// round-R.onnx for the one model, round-R-K.onnx for each of several.
+std::string Server::Impl::model_file(int64_t r, size_t k) const {
+  return "round-" + std::to_string(r) + (models.size() > 1 ? "-" + std::to_string(k) : std::string()) + ".onnx";
 }
 
 void Server::Impl::resume() {
@@ -266,11 +296,16 @@ void Server::Impl::resume() {
   } catch (const json::exception& e) {
     throw InputError(path + ": malformed round log (" + e.what() + ")");
   }
-  const core::Graph g = core::load_onnx(join_path(o.dir, j.at("model").get<std::string>()));
-  const Layout l = state_layout(g);
-  PARE_CHECK(l.names == layout.names && l.shapes == layout.shapes, path,
-             ": the checkpointed model is not the architecture of the model given; remove the folder to start over");
-  global = g;
+  const std::vector<std::string> files = j.value("models", std::vector<std::string>{});
+  PARE_CHECK(files.size() == models.size(), path, ": the checkpoint holds ", files.size(), " model(s), this run has ",
+             models.size(), "; remove the folder to start over");
+  for (size_t k = 0; k < files.size(); ++k) {
+    core::Graph g = core::load_onnx(join_path(o.dir, files[k]));
+    const Layout l = state_layout(g);
+    PARE_CHECK(l.names == layouts[k].names && l.shapes == layouts[k].shapes, path, ": the checkpointed model ",
+               files[k], " is not the architecture of the model given; remove the folder to start over");
+    models[k] = std::move(g);
+  }
   log("resuming from %s: %lld of %lld rounds done\n", path.c_str(), (long long)history.size(), (long long)o.rounds);
 }
 
@@ -311,7 +346,8 @@ RoundStats Server::Impl::run_round(int64_t r) {
   {
     std::unique_lock<std::mutex> lock(mu);
     st.sampled = sample(r);
-    model_bytes = core::serialize_onnx(global, false);
+    model_bytes.clear();
+    for (const core::Graph& m : models) model_bytes.push_back(core::serialize_onnx(m, false));
     round = r;
     sampled = std::set<std::string>(st.sampled.begin(), st.sampled.end());
     replied.clear();
@@ -331,7 +367,80 @@ RoundStats Server::Impl::run_round(int64_t r) {
   return st;
 }
 
-// Aggregates the answers into the global model (or skips the round) and evaluates it.
+// Aggregates the answers of architecture `arch` into its model (the model is kept when the rule
+// cannot run on them: the round is then marked skipped, with the reason).
+void Server::Impl::aggregate_into(RoundStats& st, const std::vector<Answer>& got, int64_t arch) {
+  std::vector<at::Tensor> rows;
+  std::vector<double> weights;
+  std::vector<const Answer*> who;
+  for (const Answer& a : got) {
+    if (a.arch != arch) continue;
+    rows.push_back(flatten(a.update, layouts[arch]));
+    weights.push_back(double(a.num_samples));
+    who.push_back(&a);
+  }
+  if (rows.empty()) return;
+  const int64_t n = rows.size();
+  at::Tensor g0;
+  if (o.agg.name == "fltrust") {
+    // As many local steps as a client of the round's mean size makes (Cao et al. train the root
+    // update like a client's): the root set is small, so that is several epochs of it.
+    double mean_n = 0;
+    for (double w : weights) mean_n += w / double(n);
+    LocalTraining how = o.local;
+    how.epochs = std::max<int64_t>(1, std::llround(mean_n * double(o.local.epochs) / double(data.root->size())));
+    g0 = flatten(train_local(models[arch], layouts[arch], *data.root, how, o.seed + uint64_t(st.round)).update,
+                 layouts[arch]);
+  }
+  try {
+    int64_t clipped = 0;
+    Aggregate agg = aggregate(o.agg, at::stack(rows), weights, g0, &clipped);
+    st.clipped += clipped;
+    for (int64_t i : agg.selected) st.selected.push_back(who[i]->client);
+    st.scores.insert(st.scores.end(), agg.scores.begin(), agg.scores.end());
+    apply_update(models[arch], agg.update, layouts[arch]);
+  } catch (const InputError& e) {  // too few answers for the rule's f
+    st.skipped = true;
+    st.skip_reason += (st.skip_reason.empty() ? "" : "; ") + std::string(e.what());
+    log("round %lld: model %lld: %s: model kept\n", (long long)st.round, (long long)arch, e.what());
+  }
+}
+
+// FedDF: every model distilled from the ensemble of the round's client models (each client's
+// round model plus its update) on the unlabeled distillation set. The ensemble's own argmax stands
+// in for the labels the Trainer counts accuracy with; alpha 1 never trains on them.
+void Server::Impl::distill_round(const std::vector<Answer>& got, const std::vector<core::Graph>& before, int64_t round) {
+  std::vector<std::unique_ptr<distill::Teacher>> members;
+  for (const Answer& a : got) {
+    core::Graph g = before[a.arch];
+    apply_update(g, flatten(a.update, layouts[a.arch]), layouts[a.arch]);
+    members.push_back(std::make_unique<distill::GraphTeacher>(std::move(g), "client " + a.client));
+  }
+  distill::EnsembleTeacher ensemble(std::move(members), {});
+  using C = distill::EnsembleTeacher::Combine;
+  ensemble.set_combine(o.ensemble == "median" ? C::kMedian : o.ensemble == "trimmed-mean" ? C::kTrimmedMean : C::kMean,
+                       o.agg.trim);
+  core::TensorDataset set = *data.distill;
+  std::vector<at::Tensor> labels;
+  for (int64_t i = 0; i < set.size(); i += 512)
+    labels.push_back(ensemble.logits(set.x.narrow(0, i, std::min<int64_t>(512, set.size() - i))).argmax(1));
+  set.y = at::cat(labels);
+  for (size_t k = 0; k < models.size(); ++k) {
+    core::Module student(models[k]);
+    auto opts = distill::TrainerOptions()
+                    .epochs(o.distill_epochs)
+                    .batch_size(o.distill_batch)
+                    .lr(o.distill_lr)
+                    .optimizer("adam")
+                    .seed(o.seed * 7 + uint64_t(round) * 131 + k)
+                    .progress(false);
+    distill::distill(student, ensemble, distill::DistillLossOptions().temperature(o.distill_temperature).alpha(1.0),
+                     opts, set, nullptr);
+    models[k] = student.to_graph();
+  }
+}
+
+// Aggregates the answers into the model(s) (or skips the round), distils (feddf) and evaluates.
 void Server::Impl::finish_round(RoundStats& st, std::vector<Answer> got) {
   const int64_t n = got.size();
   if (n < o.min_clients || n == 0) {
@@ -340,48 +449,35 @@ void Server::Impl::finish_round(RoundStats& st, std::vector<Answer> got) {
     log("round %lld: %lld of %zu sampled clients answered (minimum %lld): round skipped, model kept\n",
         (long long)st.round, (long long)n, st.sampled.size(), (long long)o.min_clients);
   } else {
-    std::vector<at::Tensor> rows;
-    std::vector<double> weights;
-    for (const Answer& a : got) {
-      rows.push_back(flatten(a.update, layout));
-      weights.push_back(double(a.num_samples));
-      st.train_loss += a.train_loss / double(n);
-    }
-    at::Tensor g0;
-    if (o.agg.name == "fltrust") {
-      PARE_CHECK(root != nullptr, "FLTrust needs the server's root data set");
-      // As many local steps as a client of the round's mean size makes (Cao et al. train the root
-      // update like a client's): the root set is small, so that is several epochs of it.
-      double mean_n = 0;
-      for (double w : weights) mean_n += w / double(n);
-      LocalTraining how = o.local;
-      how.epochs = std::max<int64_t>(1, std::llround(mean_n * double(o.local.epochs) / double(root->size())));
-      g0 = flatten(train_local(global, layout, *root, how, o.seed + uint64_t(st.round)).update, layout);
-    }
-    try {
-      Aggregate agg = aggregate(o.agg, at::stack(rows), weights, g0, &st.clipped);
-      for (int64_t i : agg.selected) st.selected.push_back(got[i].client);
-      st.scores = agg.scores;
-      apply_update(global, agg.update, layout);
-    } catch (const InputError& e) {  // too few answers for the rule's f: the model is kept
-      st.skipped = true;
-      st.skip_reason = e.what();
-      log("round %lld: %s: round skipped, model kept\n", (long long)st.round, e.what());
-    }
+    for (const Answer& a : got) st.train_loss += a.train_loss / double(n);
+    const std::vector<core::Graph> before = models;
+    for (size_t k = 0; k < models.size(); ++k) aggregate_into(st, got, int64_t(k));
+    if (o.mode == "feddf") distill_round(got, before, st.round);
   }
-  if (val) {
-    core::Module m(global, core::Module::Use::kFrozen);
-    const distill::EvalResult e = distill::evaluate(m, *val);
-    st.val_accuracy = e.accuracy;
-    st.val_loss = e.loss;
+  for (size_t k = 0; data.val && k < models.size(); ++k) {
+    core::Module m(models[k], core::Module::Use::kFrozen);
+    const distill::EvalResult e = distill::evaluate(m, *data.val);
+    if (k == 0) {
+      st.val_accuracy = e.accuracy;
+      st.val_loss = e.loss;
+    }
+    if (models.size() > 1) st.model_accuracy.push_back(e.accuracy);
   }
 }
 
-Server::Server(core::Graph initial, ServerOptions opts, const core::TensorDataset* val, const core::TensorDataset* root)
-    : impl_(std::make_unique<Impl>(std::move(initial), std::move(opts), val, root)) {
-  impl_->o.validate();
-  PARE_CHECK_OPTION(impl_->o.agg.name != "fltrust" || root, "root_data", "is needed by the fltrust aggregator");
+Server::Server(std::vector<core::Graph> models, ServerOptions opts, ServerData data)
+    : impl_(std::make_unique<Impl>(std::move(models), std::move(opts), data)) {
+  const Impl& s = *impl_;
+  s.o.validate();
+  PARE_CHECK_OPTION(s.o.agg.name != "fltrust" || data.root, "root_data", "is needed by the fltrust aggregator");
+  PARE_CHECK_OPTION(!s.models.empty(), "model", "is needed");
+  PARE_CHECK_OPTION(s.o.mode == "feddf" || s.models.size() == 1, "model",
+                    "is given ", s.models.size(), " times: fedavg trains one model (several architectures: mode feddf)");
+  PARE_CHECK_OPTION(s.o.mode != "feddf" || data.distill, "distill_data", "is needed by mode feddf (unlabeled inputs)");
 }
+
+Server::Server(core::Graph initial, ServerOptions opts, const core::TensorDataset* val, const core::TensorDataset* root)
+    : Server(std::vector<core::Graph>{std::move(initial)}, std::move(opts), ServerData{val, root, nullptr}) {}
 
 Server::~Server() = default;
 
@@ -407,10 +503,14 @@ std::vector<RoundStats> Server::run() {
     s.log("round %lld/%lld: %zu of %zu answered, %zu refused", (long long)r, (long long)s.o.rounds, st.answered.size(),
           st.sampled.size(), st.refused.size());
     if (st.val_accuracy >= 0) s.log(", val acc %.2f%% loss %.4f", st.val_accuracy * 100, st.val_loss);
+    for (size_t k = 0; k < st.model_accuracy.size(); ++k)
+      s.log("%s%.2f%%", k == 0 ? " (each model: " : ", ", st.model_accuracy[k] * 100);
+    if (!st.model_accuracy.empty()) s.log(")");
     s.log(", %.1f s\n", st.seconds);
     s.checkpoint();
   }
-  core::save_onnx(s.global, join_path(s.o.dir, "model.onnx"));
+  for (size_t k = 0; k < s.models.size(); ++k)
+    core::save_onnx(s.models[k], join_path(s.o.dir, k == 0 ? std::string("model.onnx") : "model-" + std::to_string(k) + ".onnx"));
   {  // tell the clients: each poll gets DONE; wait briefly until every known client heard it
     std::unique_lock<std::mutex> lock(s.mu);
     s.done = true;

@@ -41,6 +41,14 @@ Aggregate aggregate(const AggregatorOptions& o, at::Tensor U, const std::vector<
                     const at::Tensor& g0, int64_t* clipped = nullptr);
 
 struct ServerOptions {
+  /// "fedavg": one model, every client trains it. "feddf" (Lin et al. 2020): one model per
+  /// architecture (clients say which they train); each round the updates of each architecture are
+  /// aggregated, then every model is distilled from the ensemble of all the round's client models
+  /// on the server's unlabeled distillation set.
+  std::string mode = "fedavg";
+  std::string ensemble = "mean";  ///< feddf: how client logits combine: mean, median or trimmed-mean (agg.trim)
+  int64_t distill_epochs = 1, distill_batch = 128;
+  double distill_lr = 1e-3, distill_temperature = 1;
   std::string address = "127.0.0.1:0";  ///< host:port to listen on (port 0: any free port)
   std::string port_file;                ///< written (atomically) with the port once listening
   std::string dir;                      ///< state: checkpoint, rounds.jsonl, the final model
@@ -67,19 +75,31 @@ struct RoundStats {
   std::vector<double> scores;         ///< the aggregator's per-answer scores (Krum, FLTrust)
   int64_t clipped = 0;
   bool skipped = false;
+  std::vector<double> model_accuracy;  ///< feddf: every model's val accuracy (val_accuracy: model 0's)
   std::string skip_reason;
   double val_accuracy = -1, val_loss = -1, seconds = 0, train_loss = 0;
 };
 
+/// The server's own data sets (each may be null when its use is off).
+struct ServerData {
+  const core::TensorDataset* val = nullptr;  ///< evaluated after every round
+  /// FLTrust's clean root set, on which the server trains each round for as many steps as a
+  /// client of the round's mean size (so for several epochs of the small root set).
+  const core::TensorDataset* root = nullptr;
+  /// FedDF's distillation inputs (labels, if any, are never read).
+  const core::TensorDataset* distill = nullptr;
+};
+
 class Server {
  public:
-  /// `val`: evaluated after every round (may be null); `root`: FLTrust's clean root set (needed
-  /// for fltrust, else unused), on which the server trains each round for as many steps as a
-  /// client of the round's mean size (so for several epochs of the small root set).
+  /// `models`: the initial global model (fedavg: exactly one), or one per architecture (feddf).
+  /// Throws InputError for options that do not fit them or a data set a mode needs and lacks.
+  Server(std::vector<core::Graph> models, ServerOptions opts, ServerData data);
   Server(core::Graph initial, ServerOptions opts, const core::TensorDataset* val, const core::TensorDataset* root);
   ~Server();
   /// Runs the remaining rounds (all, or those after the checkpoint in `dir`), tells the clients
-  /// that the run is over, and writes DIR/model.onnx. Returns every round's stats.
+  /// that the run is over, and writes DIR/model.onnx (feddf: model-K.onnx for each other model).
+  /// Returns every round's stats.
   std::vector<RoundStats> run();
 
  private:

@@ -19,11 +19,27 @@ assert [r["round"] for r in rounds] == [1, 2, 3], rounds
 for r in rounds:
     assert r["answered"] == [f"client-0{k}" for k in range(5)] and not r["refused"] and not r["skipped"], r
 state = json.load(open(f"{d}/server/server.json"))
-assert state["round"] == 3 and state["model"] == "round-3.onnx", state
+assert state["round"] == 3 and state["models"] == ["round-3.onnx"], state
 PYEOF
 [ -f "$work/sim/server/model.onnx" ] && echo "ok: simulate wrote the model" || fail "no server/model.onnx"
 grep -q "update accepted" "$work/sim/logs/client-00.log" || fail "client-00's log: $(cat "$work/sim/logs/client-00.log")"
 expect_exit 0 "accuracy" -- "$PARE" eval "$work/sim/server/model.onnx" -d "$data"
+
+# FedDF: clients of two architectures (client k trains model k mod 2); both models distilled each
+# round from the ensemble of the client models on 100 held-out inputs.
+out=$("$PARE" federate simulate --mode feddf -m mlp:784-16-10 -m mlp:784-32-16-10 -d "$data" --clients 4 --rounds 2 \
+  --partition iid --distill-samples 100 --ensemble median --out "$work/fdf" --json 2>"$work/fdf.err") ||
+  fail "feddf simulate failed: $(cat "$work/fdf.err")"
+"$PY" - "$out" "$work/fdf" <<'PYEOF' || fail "feddf's summary or round log is wrong: $out"
+import json, os, sys
+s = json.loads(sys.argv[1]); d = sys.argv[2]
+assert s["mode"] == "feddf" and len(s["model_accuracy"]) == 2, s
+rounds = [json.loads(l) for l in open(f"{d}/server/rounds.jsonl")]
+assert len(rounds) == 2 and all(len(r["model_accuracy"]) == 2 for r in rounds), rounds
+assert os.path.exists(f"{d}/server/model.onnx") and os.path.exists(f"{d}/server/model-1.onnx")
+assert os.path.exists(f"{d}/data/server-distill.x.npy") and not os.path.exists(f"{d}/data/server-distill.y.npy")
+PYEOF
+expect_exit 0 "parameters" -- "$PARE" inspect "$work/fdf/server/model-1.onnx"
 
 # Bad flags: exit 2 before anything starts, naming the flag.
 sim=("$PARE" federate simulate -m mlp:784-16-10 -d "$data" --clients 4 --rounds 1)
@@ -34,7 +50,12 @@ expect_exit 2 "dirichlet:0" -- "${sim[@]}" --partition dirichlet:0 --out "$work/
 expect_exit 2 "--attack is needed with --byzantine" -- "${sim[@]}" --byzantine 1 --out "$work/bad4"
 expect_exit 2 "attack" -- "${sim[@]}" --byzantine 1 --attack nonsense --out "$work/bad5"
 expect_exit 2 "--trim must be in \[0, 0.5\)" -- "${sim[@]}" --aggregator trimmed-mean --trim 0.5 --out "$work/bad6"
-for d in bad1 bad2 bad3 bad4 bad5 bad6; do [ -e "$work/$d" ] && fail "$d: a refused simulation left $work/$d"; done
+for d in bad1 bad2 bad3 bad4 bad5 bad6 bad7; do [ -e "$work/$d" ] && fail "$d: a refused simulation left $work/$d"; done
+expect_exit 2 "--model is given 2 times: fedavg trains one model" -- "$PARE" federate server -m mlp:784-16-10 \
+  -m lenet5 --dir "$work/srv"
+expect_exit 2 "--distill-data is needed by mode feddf" -- "$PARE" federate server --mode feddf -m mlp:784-16-10 \
+  --dir "$work/srv"
+expect_exit 2 "--distill-samples must be in \[1, 600\)" -- "${sim[@]}" --mode feddf --distill-samples 600 --out "$work/bad7"
 expect_exit 2 "missing.onnx" -- "$PARE" federate server -m "$work/missing.onnx" --dir "$work/srv"
 expect_exit 2 "--root-data is needed by the fltrust aggregator" -- \
   "$PARE" federate server -m mlp:784-16-10 --dir "$work/srv" --aggregator fltrust

@@ -132,6 +132,51 @@ TEST(EnsembleTeacher, WeightedMeanOfLogitsExactly) {
   EXPECT_NE(e.describe().find("graph teacher 'b' weight 0.75"), std::string::npos) << e.describe();
 }
 
+namespace {
+// A teacher that answers every batch with the same logits row (for the ensemble's combinations).
+class FixedLogitsTeacher : public distill::Teacher {
+ public:
+  explicit FixedLogitsTeacher(std::vector<float> row) : row_(std::move(row)) {}
+  std::unordered_map<std::string, at::Tensor> forward(const at::Tensor& x, const std::vector<std::string>&) override {
+    return {{"logits", at::tensor(row_).unsqueeze(0).expand({x.size(0), int64_t(row_.size())}).contiguous()}};
+  }
+  bool has_value(const std::string& n) const override { return n == "logits"; }
+  std::string describe() const override { return "fixed"; }
+  void to(const at::Device&) override {}
+
+ private:
+  std::vector<float> row_;
+};
+}  // namespace
+
+TEST(EnsembleTeacher, MedianAndTrimmedMeanIgnoreAnOutlyingMember) {
+  // Five members, one of them (the last) far off: per class the values are
+  //   class 0: 1, 2, 3, 4, 100     median 3, trimmed (drop 1 each end) mean(2, 3, 4) = 3
+  //   class 1: 0, 0, 1, 1, -50     sorted -50, 0, 0, 1, 1: median 0, trimmed mean(0, 0, 1) = 1/3
+  auto make = [] {
+    std::vector<std::unique_ptr<distill::Teacher>> m;
+    for (auto row : std::vector<std::vector<float>>{{1, 0}, {2, 0}, {3, 1}, {4, 1}, {100, -50}})
+      m.push_back(std::make_unique<FixedLogitsTeacher>(row));
+    return m;
+  };
+  const at::Tensor x = at::zeros({2, 1, 28, 28});
+  distill::EnsembleTeacher mean(make(), {});
+  EXPECT_TRUE(at::allclose(mean.logits(x)[0], at::tensor({22.0f, -9.6f})));
+  distill::EnsembleTeacher med(make(), {});
+  med.set_combine(distill::EnsembleTeacher::Combine::kMedian);
+  EXPECT_TRUE(at::equal(med.logits(x), at::tensor({3.0f, 0.0f}).expand({2, 2})));
+  distill::EnsembleTeacher trim(make(), {});
+  trim.set_combine(distill::EnsembleTeacher::Combine::kTrimmedMean, 0.2);  // floor(0.2 * 5) = 1 each end
+  EXPECT_TRUE(at::allclose(trim.logits(x)[1], at::tensor({3.0f, 1.0f / 3})));
+  // An even count: the median is the mean of the two middle values (members 1..4: 2,3,4,100 -> 3.5).
+  std::vector<std::unique_ptr<distill::Teacher>> four = make();
+  four.erase(four.begin());
+  distill::EnsembleTeacher even(std::move(four), {});
+  even.set_combine(distill::EnsembleTeacher::Combine::kMedian);
+  EXPECT_TRUE(at::allclose(even.logits(x)[0], at::tensor({3.5f, 0.5f})));
+  expect_input_error([&] { trim.set_combine(distill::EnsembleTeacher::Combine::kTrimmedMean, 0.5); }, {"[0, 0.5)"});
+}
+
 TEST(EnsembleTeacher, EmptyWeightsMeanEqualWeights) {
   at::Tensor x = images(3, 8);
   auto e = distill::load_teachers({"mlp:784-8-4", "lenet5,classes=4"}, {}, 0);

@@ -34,7 +34,12 @@ TEST(Attack, NamesRoundTrip) {
 TEST(Attack, SignFlipAndScaling) {
   at::Tensor u = at::tensor(std::vector<float>{1, -2, 3});
   fed::AttackOptions opts;
+  // The default flip factor is 4.
+  EXPECT_EQ(attack_values(fed::attack_update(fed::AttackKind::kSignFlip, u, opts)), (std::vector<double>{-4, 8, -12}));
+  opts.flip = 1;
   EXPECT_EQ(attack_values(fed::attack_update(fed::AttackKind::kSignFlip, u, opts)), (std::vector<double>{-1, 2, -3}));
+  opts.flip = 0;
+  EXPECT_THROW(fed::attack_update(fed::AttackKind::kSignFlip, u, opts), pare::InputError);
   // The default scale is 10.
   EXPECT_EQ(attack_values(fed::attack_update(fed::AttackKind::kScaling, u, opts)),
             (std::vector<double>{10, -20, 30}));

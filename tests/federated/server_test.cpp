@@ -146,6 +146,26 @@ TEST(FederatedServer, RefusesBadUpdatesNamesThemInTheRoundLogAndGoesOn) {
   EXPECT_TRUE(pare::file_exists(dir.file("server/model.onnx")));
 }
 
+TEST(FederatedServer, RefusesAClientOfAnArchitectureItDoesNotTrain) {
+  pare::testing::TempDir dir;
+  fed::ServerOptions o = fed_options(dir, 1, 1);
+  o.join_timeout = 1;
+  std::thread server([&] {
+    EXPECT_THROW(fed::Server(pare::core::load_model("mlp:784-8-2", 1), o, nullptr, nullptr).run(), pare::Error);
+  });
+  FakeClient c(fed_wait_for_port(dir.file("port")), "c");
+  grpc::ClientContext ctx;
+  wire::PollRequest req;
+  req.set_client_id("c");
+  req.set_num_samples(10);
+  req.set_architecture(3);
+  wire::Task task;
+  const grpc::Status st = c.stub->Poll(&ctx, req, &task);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(st.error_message(), "architecture 3: the server trains 1 model(s), 0 to 0");
+  server.join();  // no client joined: the server gives up after join_timeout
+}
+
 TEST(FederatedServer, GoesOnWithoutASampledClientThatNeverAnswers) {
   pare::testing::TempDir dir;
   fed::ServerOptions o = fed_options(dir, 2, 2);
