@@ -41,6 +41,8 @@ def simulate(a, out, aggregator="fedavg", byzantine=0, attack="none", models=Non
            "--aggregator", aggregator, "--out", out, "--json", "--quiet"]
     if a.train_samples:
         cmd += ["--train-samples", str(a.train_samples)]
+    if aggregator == "fltrust":
+        cmd += ["--root-samples", str(a.root_samples)]
     if byzantine:
         cmd += ["--byzantine", str(byzantine), "--attack", attack]
         if aggregator == "trimmed-mean":  # cut at least the attackers' share at each end
@@ -162,6 +164,7 @@ def main():
     p.add_argument("--table", action="store_true")
     p.add_argument("--fractions", type=float, nargs="+", default=[0.2, 0.4])
     p.add_argument("--aggregators", nargs="+", default=AGGS)
+    p.add_argument("--root-samples", type=int, default=1000, help="FLTrust's root set")
     p.add_argument("--feddf", nargs="+", metavar="MODEL")
     p.add_argument("--distill-samples", type=int, default=5000)
     p.add_argument("--ensemble", default="mean")

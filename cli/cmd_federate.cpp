@@ -30,7 +30,7 @@ namespace {
 struct ServerFlags {
   std::vector<std::string> models;
   std::string val_data, val_split = "test", root_data, distill_data;
-  int64_t root_samples = 100;
+  int64_t root_samples = 1000;
   int threads = 0;
   bool json = false;
   federated::ServerOptions server;
@@ -82,6 +82,9 @@ struct ServerFlags {
     cmd->add_option("--lr", s.local.lr, "Learning rate")->capture_default_str()->group(l);
     cmd->add_option("--optimizer", s.local.optimizer, "sgd, adam or adamw")->capture_default_str()->group(l);
     cmd->add_option("--momentum", s.local.momentum, "SGD momentum")->capture_default_str()->group(l);
+    cmd->add_option("--local-kd-alpha", s.local.kd_alpha, "Distil from the round's global model as well: the KD "
+                    "term's weight (0: cross entropy alone)")->capture_default_str()->group(l);
+    cmd->add_option("--local-kd-temperature", s.local.kd_temperature, "Its temperature")->capture_default_str()->group(l);
     cmd->add_option("--seed", s.seed, "Seed of the model, the sampling and the local runs")->capture_default_str();
     cmd->add_option("--max-message-mb", s.max_message_mb, "Largest gRPC message, MiB")->capture_default_str();
     cmd->add_option("--threads", threads, "Intra-op threads (0: libtorch's default)");
@@ -322,6 +325,8 @@ struct Simulation {
                                   std::to_string(s.agg.clip_norm), "--local-epochs", std::to_string(s.local.epochs),
                                   "--batch-size", std::to_string(s.local.batch_size), "--lr", std::to_string(s.local.lr),
                                   "--optimizer", s.local.optimizer, "--momentum", std::to_string(s.local.momentum),
+                                  "--local-kd-alpha", std::to_string(s.local.kd_alpha), "--local-kd-temperature",
+                                  std::to_string(s.local.kd_temperature),
                                   "--seed", std::to_string(s.seed), "--max-message-mb", std::to_string(s.max_message_mb),
                                   "--threads", std::to_string(flags.threads > 0 ? flags.threads : 2)};
     for (const std::string& m : flags.models)

@@ -105,6 +105,8 @@ wire::Update train_task(const ClientOptions& o, const wire::Task& task, const co
   how.lr = task.lr();
   how.momentum = task.momentum();
   how.optimizer = task.optimizer();
+  how.kd_alpha = task.kd_alpha();
+  how.kd_temperature = task.kd_temperature();
   core::TensorDataset local = data;
   if (o.attack == AttackKind::kLabelFlip) local.y = flip_labels(data.y, classes_of(global, data.x));
   const LocalResult r = train_local(global, layout, local, how, task.seed());

@@ -1,6 +1,8 @@
 #include "federated/local.h"
 
 #include "core/module.h"
+#include "distill/distiller.h"
+#include "distill/teacher.h"
 #include "distill/trainer.h"
 
 namespace pare::federated {
@@ -17,7 +19,15 @@ LocalResult train_local(const core::Graph& global, const Layout& layout, const c
                   .momentum(how.momentum)
                   .seed(seed)
                   .progress(false);
-  auto history = distill::Trainer(model, opts).fit(data, nullptr);
+  std::vector<distill::EpochStats> history;
+  if (how.kd_alpha > 0) {
+    distill::GraphTeacher teacher(global, "the round's global model");
+    history = distill::distill(model, teacher,
+                               distill::DistillLossOptions().temperature(how.kd_temperature).alpha(how.kd_alpha), opts,
+                               data, nullptr);
+  } else {
+    history = distill::Trainer(model, opts).fit(data, nullptr);
+  }
   LocalResult r;
   const core::Graph trained = model.to_graph();
   r.update = difference(state_of(trained, layout), state_of(global, layout), layout);

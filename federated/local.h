@@ -16,6 +16,9 @@ struct LocalTraining {
   int64_t epochs = 1, batch_size = 32;
   double lr = 0.05, momentum = 0.9;
   std::string optimizer = "sgd";
+  /// KD from the round's global model (a teacher that keeps a client near what all clients
+  /// learnt): the KD term's weight (0: cross entropy alone) and temperature.
+  double kd_alpha = 0, kd_temperature = 2;
 };
 
 struct LocalResult {
@@ -23,7 +26,8 @@ struct LocalResult {
   double train_loss = 0, seconds = 0;
 };
 
-/// Trains a copy of `global` on `data` (labels needed) from `seed` and returns its update.
+/// Trains a copy of `global` on `data` (labels needed) from `seed` and returns its update; with
+/// kd_alpha > 0 it distils from `global` itself (distill::distill) as it trains.
 /// Throws InputError when the data does not fit the model, Error when the loss diverges.
 LocalResult train_local(const core::Graph& global, const Layout& layout, const core::TensorDataset& data,
                         const LocalTraining& how, uint64_t seed);

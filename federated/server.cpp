@@ -68,6 +68,9 @@ void ServerOptions::validate() const {
   PARE_CHECK_OPTION(max_message_mb >= 1 && max_message_mb <= 2047, "max_message_mb", "must be in [1, 2047], got ",
                     max_message_mb);
   PARE_CHECK_OPTION(local.epochs >= 1, "local_epochs", "must be at least 1, got ", local.epochs);
+  PARE_CHECK_OPTION(local.kd_alpha >= 0 && local.kd_alpha <= 1, "local_kd_alpha", "must be in [0, 1], got ",
+                    local.kd_alpha);
+  PARE_CHECK_OPTION(local.kd_temperature > 0, "local_kd_temperature", "must be > 0, got ", local.kd_temperature);
   PARE_CHECK_OPTION(!dir.empty(), "dir", "is needed (the server's state and round log)");
   PARE_CHECK_OPTION(mode == "fedavg" || mode == "feddf", "mode", "must be fedavg or feddf, got '", mode, "'");
   PARE_CHECK_OPTION(ensemble == "mean" || ensemble == "median" || ensemble == "trimmed-mean", "ensemble",
@@ -212,6 +215,8 @@ grpc::Status Server::Impl::Poll(grpc::ServerContext*, const wire::PollRequest* r
   task->set_lr(o.local.lr);
   task->set_momentum(o.local.momentum);
   task->set_optimizer(o.local.optimizer);
+  task->set_kd_alpha(o.local.kd_alpha);
+  task->set_kd_temperature(o.local.kd_temperature);
   task->set_seed(o.seed * 1000003u + uint64_t(round) * 7919u + std::hash<std::string>()(req->client_id()) % 7907u);
   task->set_deadline_s(std::chrono::duration<double>(deadline - Clock::now()).count());
   return grpc::Status::OK;

@@ -25,6 +25,12 @@ PYEOF
 grep -q "update accepted" "$work/sim/logs/client-00.log" || fail "client-00's log: $(cat "$work/sim/logs/client-00.log")"
 expect_exit 0 "accuracy" -- "$PARE" eval "$work/sim/server/model.onnx" -d "$data"
 
+# Local training that also distils from the round's global model.
+expect_exit 0 "final val acc" -- "$PARE" federate simulate -m mlp:784-16-10 -d "$data" --clients 3 --rounds 2 \
+  --partition iid --local-kd-alpha 0.5 --local-kd-temperature 2 --out "$work/kd"
+expect_exit 2 "--local-kd-alpha must be in \[0, 1\]" -- "$PARE" federate simulate -m mlp:784-16-10 -d "$data" \
+  --clients 3 --local-kd-alpha 2 --out "$work/bad8"
+
 # FedDF: clients of two architectures (client k trains model k mod 2); both models distilled each
 # round from the ensemble of the client models on 100 held-out inputs.
 out=$("$PARE" federate simulate --mode feddf -m mlp:784-16-10 -m mlp:784-32-16-10 -d "$data" --clients 4 --rounds 2 \
@@ -50,7 +56,7 @@ expect_exit 2 "dirichlet:0" -- "${sim[@]}" --partition dirichlet:0 --out "$work/
 expect_exit 2 "--attack is needed with --byzantine" -- "${sim[@]}" --byzantine 1 --out "$work/bad4"
 expect_exit 2 "attack" -- "${sim[@]}" --byzantine 1 --attack nonsense --out "$work/bad5"
 expect_exit 2 "--trim must be in \[0, 0.5\)" -- "${sim[@]}" --aggregator trimmed-mean --trim 0.5 --out "$work/bad6"
-for d in bad1 bad2 bad3 bad4 bad5 bad6 bad7; do [ -e "$work/$d" ] && fail "$d: a refused simulation left $work/$d"; done
+for d in bad1 bad2 bad3 bad4 bad5 bad6 bad7 bad8; do [ -e "$work/$d" ] && fail "$d: a refused simulation left $work/$d"; done
 expect_exit 2 "--model is given 2 times: fedavg trains one model" -- "$PARE" federate server -m mlp:784-16-10 \
   -m lenet5 --dir "$work/srv"
 expect_exit 2 "--distill-data is needed by mode feddf" -- "$PARE" federate server --mode feddf -m mlp:784-16-10 \
