@@ -20,12 +20,18 @@ client() {  # client ID INDEX PORT: a client on part INDEX of 3
     --partition-index "$2" --threads 1 --server-timeout 60 >"$work/$1.log" 2>&1 &
 }
 
+# start_server DIR ROUNDS CLIENTS TIMEOUT LOG: a server on a fresh port ($port) in the background
+# ($spid); its command line stays in ${server[@]} for a restart.
+start_server() {
+  port=$(free_port)
+  server=("$PARE" federate server -m mlp:784-16-10 --dir "$1" --rounds "$2" --clients "$3" --round-timeout "$4"
+          --listen "127.0.0.1:$port" --val-data "$data" --val-split train --threads 1)
+  "${server[@]}" >"$5" 2>&1 &
+  spid=$!
+}
+
 # 1. A client killed and a client hung, both during round 2.
-port=$(free_port)
-server=("$PARE" federate server -m mlp:784-16-10 --dir "$work/a" --rounds 4 --clients 3 --round-timeout 2
-        --listen "127.0.0.1:$port" --val-data "$data" --val-split train --threads 1)
-"${server[@]}" >"$work/a.log" 2>&1 &
-spid=$!
+start_server "$work/a" 4 3 2 "$work/a.log"
 client c0 0 "$port"; c0=$!
 client c1 1 "$port"; c1=$!
 client c2 2 "$port"; c2=$!
@@ -55,11 +61,7 @@ print("ok: rounds %s waited %s s for the lost clients; round 4 sampled only c0 (
 PYEOF
 
 # 2. The server killed with SIGKILL after round 2 and started again on the same port.
-port=$(free_port)
-server=("$PARE" federate server -m mlp:784-16-10 --dir "$work/b" --rounds 5 --clients 2 --round-timeout 30
-        --listen "127.0.0.1:$port" --val-data "$data" --val-split train --threads 1)
-"${server[@]}" >"$work/b1.log" 2>&1 &
-spid=$!
+start_server "$work/b" 5 2 30 "$work/b1.log"
 client d0 0 "$port"; d0=$!
 client d1 1 "$port"; d1=$!
 wait_round "$work/b" 2
