@@ -121,10 +121,10 @@ def table(a, work):
         f = int(round(frac * a.clients))
         print(f"\n{f} of {a.clients} clients attacking ({frac:.0%}); {a.rounds} rounds; cells: final test accuracy "
               f"(points vs the no-attack FedAvg)\n")
-        print("| aggregator | " + " | ".join(ATTACKS) + " |\n|---|" + "---|" * len(ATTACKS))
+        print("| aggregator | " + " | ".join(a.attacks) + " |\n|---|" + "---|" * len(a.attacks))
         for agg in a.aggregators:
             cells = []
-            for att in ATTACKS:
+            for att in a.attacks:
                 if agg == "bulyan" and a.clients < 4 * f + 3:
                     cells.append(f"n/a (n < 4f+3)")
                     continue
@@ -135,10 +135,12 @@ def table(a, work):
 
 def feddf(a, work):
     print(f"{a.clients} clients, {a.partition}, {a.rounds} rounds of 1 local epoch, SGD lr {a.lr}; FedDF: client k "
-          f"runs architecture k mod {len(a.feddf)}, {a.distill_samples} held-out unlabeled inputs, ensemble {a.ensemble}")
+          f"runs architecture k mod {len(a.feddf)}, {a.distill_samples} held-out unlabeled inputs, ensemble {a.ensemble}, "
+          f"{a.distill_epochs} distillation epochs at temperature {a.distill_temperature:g}")
     accs, secs, err = simulate(a, f"{work}/feddf", models=a.feddf,
                                extra=["--mode", "feddf", "--distill-samples", str(a.distill_samples),
-                                      "--ensemble", a.ensemble])
+                                      "--ensemble", a.ensemble, "--distill-epochs", str(a.distill_epochs),
+                                      "--distill-temperature", str(a.distill_temperature)])
     if accs is None:
         sys.exit(f"feddf failed: {err}")
     print("| architecture | FedDF (mixed clients) | FedAvg (all clients this architecture) |\n|---|---|---|")
@@ -164,10 +166,13 @@ def main():
     p.add_argument("--table", action="store_true")
     p.add_argument("--fractions", type=float, nargs="+", default=[0.2, 0.4])
     p.add_argument("--aggregators", nargs="+", default=AGGS)
+    p.add_argument("--attacks", nargs="+", default=ATTACKS)
     p.add_argument("--root-samples", type=int, default=1000, help="FLTrust's root set")
     p.add_argument("--feddf", nargs="+", metavar="MODEL")
     p.add_argument("--distill-samples", type=int, default=5000)
     p.add_argument("--ensemble", default="mean")
+    p.add_argument("--distill-epochs", type=int, default=1)
+    p.add_argument("--distill-temperature", type=float, default=1)
     a = p.parse_args()
     with tempfile.TemporaryDirectory() as work:
         (feddf if a.feddf else table if a.table else no_attack)(a, work)

@@ -1,7 +1,6 @@
 // pare federate server | client | simulate: federated training over gRPC (federated/).
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -68,7 +67,9 @@ struct ServerFlags {
     cmd->add_option("--join-timeout", s.join_timeout, "Seconds to wait for the clients before the first round")
         ->capture_default_str();
     const std::string g = "Aggregation";
-    cmd->add_option("--aggregator", s.agg.name, "fedavg, median, trimmed-mean, krum, multi-krum, bulyan or fltrust")
+    std::string rules;
+    for (const std::string& n : federated::aggregator_names()) rules += (rules.empty() ? "" : ", ") + n;
+    cmd->add_option("--aggregator", s.agg.name, "One of " + rules)
         ->capture_default_str()->group(g);
     cmd->add_option("--assume-byzantine", s.agg.assume_byzantine, "f that krum, multi-krum and bulyan assume per round")
         ->capture_default_str()->group(g);
@@ -153,6 +154,11 @@ void add_server(CLI::App* fed, Action& action) {
       ->required();
   cmd->add_option("--listen", o->server.address, "host:port to listen on (port 0: any free port)")->capture_default_str();
   cmd->add_option("--port-file", o->server.port_file, "Write the port here once listening");
+  const std::string t = "TLS (none: plaintext, for a trusted network)";
+  cmd->add_option("--tls-cert", o->server.tls.cert, "PEM: the server's certificate chain")->group(t);
+  cmd->add_option("--tls-key", o->server.tls.key, "PEM: its private key")->group(t);
+  cmd->add_option("--tls-client-ca", o->server.tls.ca, "PEM: accept only clients with a certificate of this CA (mutual TLS)")
+      ->group(t);
   cmd->callback([&action, o] { action = [o] { o->run(); }; });
 }
 
@@ -208,6 +214,13 @@ void add_client(CLI::App* fed, Action& action) {
   cmd->add_option("--max-message-mb", o->client.max_message_mb, "Largest gRPC message, MiB")->capture_default_str();
   cmd->add_option("--threads", o->threads, "Intra-op threads (0: libtorch's default)");
   cmd->add_flag("--quiet,-q", o->client.quiet, "No progress output");
+  const std::string t = "TLS (none: plaintext, for a trusted network)";
+  cmd->add_option("--tls-ca", o->client.tls.ca, "PEM: the CA that signed the server's certificate")->group(t);
+  cmd->add_option("--tls-cert", o->client.tls.cert, "PEM: this client's certificate chain (mutual TLS)")->group(t);
+  cmd->add_option("--tls-key", o->client.tls.key, "PEM: its private key")->group(t);
+  cmd->add_option("--tls-server-name", o->client.tls.server_name,
+                  "The name the server's certificate carries (default: the host of --server)")
+      ->group(t);
   o->attack.add(cmd, o->client.attack_opts);
   cmd->add_option("--attack-seed", o->client.attack_opts.seed, "gaussian: the noise's seed")->group("Attack (experiments)");
   cmd->add_option("--collude-dir", o->client.collude_dir, "alie: the folder the attackers share")
@@ -221,8 +234,9 @@ void add_client(CLI::App* fed, Action& action) {
       o->client.attack = federated::parse_attack(o->attack.attack);
       core::TensorDataset ds = o->data.load();
       if (!o->client.quiet)
-        std::fprintf(stderr, "client %s: %lld samples of %s, server %s\n", o->client.id.c_str(), (long long)ds.size(),
-                     ds.name.c_str(), o->client.server.c_str());
+        std::fprintf(stderr, "client %s: %lld samples of %s, server %s (%s), model %lld\n", o->client.id.c_str(),
+                     (long long)ds.size(), ds.name.c_str(), o->client.server.c_str(),
+                     o->client.tls.enabled() ? "TLS" : "plaintext", (long long)o->client.architecture);
       const federated::ClientStats st = federated::run_client(o->client, std::move(ds));
       if (!o->client.quiet)
         std::fprintf(stderr, "client %s: done, trained %lld rounds (%lld updates refused)\n", o->client.id.c_str(),
@@ -239,37 +253,18 @@ struct Simulation {
   std::string data, partition = "dirichlet:0.5", out;
   int64_t clients = 10, byzantine = 0, train_samples = 0, distill_samples = 5000;
 
-  std::string self() const {
-    char buf[4096];
-    const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-    PARE_CHECK(n > 0, "pare federate simulate: cannot find its own executable (/proc/self/exe)");
-    return std::string(buf, size_t(n));
-  }
+  static std::string pare() { return self_executable("pare federate simulate"); }
 
-  // Starts `args` with stderr (and stdout) into `log` ("": inherited); it dies with this process.
+  // Starts `args` with stdout and stderr into `log` ("": stdout to the inherited stderr, since the
+  // server's JSON summary is not simulate's); it dies with this process.
   static pid_t spawn(const std::vector<std::string>& args, const std::string& log) {
-    const pid_t parent = ::getpid();
-    const pid_t pid = ::fork();
-    if (pid < 0) throw Error(std::string("pare federate simulate: fork: ") + std::strerror(errno));
-    if (pid == 0) {
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (::getppid() != parent) ::_exit(1);
-      if (!log.empty()) {
-        const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fd >= 0) {
-          ::dup2(fd, 1);
-          ::dup2(fd, 2);
-        }
-      } else {
-        ::dup2(2, 1);  // the server's JSON summary is not simulate's
-      }
-      std::vector<char*> argv;
-      for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-      argv.push_back(nullptr);
-      ::execv(argv[0], argv.data());
-      std::fprintf(stderr, "pare federate simulate: cannot run %s: %s\n", argv[0], std::strerror(errno));
-      ::_exit(127);
-    }
+    const int fd = log.empty() ? 2 : ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) throw Error("pare federate simulate: cannot write " + log + ": " + std::strerror(errno));
+    const pid_t pid = spawn_child(args, "pare federate simulate", [&] {
+      ::dup2(fd, 1);
+      if (fd != 2) ::dup2(fd, 2);
+    });
+    if (fd != 2) ::close(fd);
     return pid;
   }
 
@@ -314,7 +309,7 @@ struct Simulation {
 
   std::vector<std::string> server_args(const std::string& port_file) const {
     const auto& s = flags.server;
-    std::vector<std::string> a = {self(), "federate", "server", "--dir", join_path(out, "server"),
+    std::vector<std::string> a = {pare(), "federate", "server", "--dir", join_path(out, "server"),
                                   "--listen", "127.0.0.1:0", "--port-file", port_file, "--clients", std::to_string(clients),
                                   "--val-data", data, "--val-split", flags.val_split, "--rounds", std::to_string(s.rounds),
                                   "--per-round", std::to_string(s.per_round), "--min-clients", std::to_string(s.min_clients),
@@ -348,7 +343,7 @@ struct Simulation {
   }
 
   std::vector<std::string> client_args(int64_t k, const std::string& part, int port) const {
-    std::vector<std::string> a = {self(), "federate", "client", "--server", "127.0.0.1:" + std::to_string(port), "--id",
+    std::vector<std::string> a = {pare(), "federate", "client", "--server", "127.0.0.1:" + std::to_string(port), "--id",
                                   client_id(k), "--data", part, "--threads", "1", "--architecture",
                                   std::to_string(k % int64_t(flags.models.size())), "--server-timeout",
                                   std::to_string(flags.server.round_timeout * 2 + 60)};

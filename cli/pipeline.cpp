@@ -6,7 +6,6 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/file.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -24,6 +23,7 @@
 #include <thread>
 
 #include "cli/pipeline.h"
+#include "cli/commands.h"
 #include "cli/report.h"
 #include "core/data.h"
 #include "core/error.h"
@@ -156,11 +156,7 @@ void write_json(const std::string& path, const json& j) { write_file_atomic(path
 
 class Runner {
  public:
-  Runner(const Recipe& r, PipelineOptions o) : r_(r), o_(std::move(o)) {
-    char buf[4096];
-    const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-    PARE_CHECK(n > 0, "pare pipeline: cannot find its own executable (/proc/self/exe)");
-    self_.assign(buf, static_cast<size_t>(n));
+  Runner(const Recipe& r, PipelineOptions o) : r_(r), o_(std::move(o)), self_(self_executable("pare pipeline")) {
     if (o_.run_dir.empty()) o_.run_dir = "runs/" + r_.name;
   }
   int run();
@@ -181,7 +177,8 @@ class Runner {
 
   const Recipe& r_;
   PipelineOptions o_;
-  std::string self_, started_ = now_utc();
+  std::string self_;
+  std::string started_ = now_utc();
   size_t last_ = 0;  // the last stage this invocation runs (--until)
   std::map<std::string, std::string> data_hashes_;
   std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
@@ -225,7 +222,6 @@ bool Runner::done(const RecipeStage& s, const std::string& key) const {
   return file_exists(art) && file_hash(art) == st.value("artifact_hash", "");
 }
 
-
 // Runs `args` in the run folder: stdout into `out_file` (relative to the run folder) or, like
 // stderr, appended to `log` and relayed to the terminal (indented) when `relay`. The child dies
 // with the pipeline, even by SIGKILL. Returns its exit code (128 + signal when killed).
@@ -233,26 +229,19 @@ int Runner::spawn(const std::vector<std::string>& args, const std::string& out_f
                   bool relay) const {
   int fds[2];
   if (::pipe(fds) != 0) throw Error(std::string("pare pipeline: pipe: ") + std::strerror(errno));
-  const pid_t parent = ::getpid();
-  const pid_t pid = ::fork();
-  if (pid < 0) throw Error(std::string("pare pipeline: fork: ") + std::strerror(errno));
-  if (pid == 0) {
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) ::_exit(1);
-    ::signal(SIGINT, SIG_DFL);
-    ::signal(SIGTERM, SIG_DFL);
+  const int out_fd = out_file.empty() ? -1 : ::open(path(out_file).c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (!out_file.empty() && out_fd < 0) {
+    ::close(fds[0]);
+    ::close(fds[1]);
+    throw Error("pare pipeline: cannot write " + path(out_file) + ": " + std::strerror(errno));
+  }
+  const pid_t pid = spawn_child(args, "pare pipeline", [&] {
     if (::chdir(o_.run_dir.c_str()) != 0) ::_exit(126);
     ::dup2(fds[1], 2);
-    const int out = out_file.empty() ? fds[1] : ::open(out_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    ::dup2(out, 1);
+    ::dup2(out_fd < 0 ? fds[1] : out_fd, 1);
     ::close(fds[0]);
-    std::vector<char*> argv;
-    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    ::execv(argv[0], argv.data());
-    std::fprintf(stderr, "pare pipeline: cannot run %s: %s\n", argv[0], std::strerror(errno));
-    ::_exit(127);
-  }
+  });
+  if (out_fd >= 0) ::close(out_fd);
   g_child = pid;
   ::close(fds[1]);
   std::ofstream out(log, std::ios::app | std::ios::binary);

@@ -373,16 +373,18 @@ std::unordered_map<std::string, at::Tensor> EnsembleTeacher::forward(const at::T
   for (const auto& v : values)
     PARE_CHECK(v == "logits", describe(), " provides logits only, not value '", v,
                "' (hint and attention losses need a single ONNX or zoo teacher)");
-  std::vector<at::Tensor> all;
-  at::Tensor acc;
+  std::vector<at::Tensor> all;  // kept only to sort them (median, trimmed mean); the mean keeps a sum
+  at::Tensor first, acc;
   for (size_t i = 0; i < members_.size(); ++i) {
     at::Tensor l = members_[i]->logits(x);
-    if (i > 0)
-      PARE_CHECK(l.sizes() == all[0].sizes(), "ensemble members disagree: ", members_[0]->describe(), " gives logits ",
-                 sizes_str(all[0]), " but ", members_[i]->describe(), " gives ", sizes_str(l));
+    if (i == 0) first = l;
+    PARE_CHECK(l.sizes() == first.sizes(), "ensemble members disagree: ", members_[0]->describe(), " gives logits ",
+               sizes_str(first), " but ", members_[i]->describe(), " gives ", sizes_str(l));
     // acc + l * w, not add_(l, alpha): the same rounding as the textbook formula.
-    if (combine_ == Combine::kMean) acc = i == 0 ? l * weights_[0] : acc + l * weights_[i];
-    all.push_back(std::move(l));
+    if (combine_ == Combine::kMean)
+      acc = i == 0 ? l * weights_[0] : acc + l * weights_[i];
+    else
+      all.push_back(std::move(l));
   }
   if (combine_ == Combine::kMean) return {{"logits", acc}};
   const at::Tensor sorted = std::get<0>(at::stack(all).sort(0));

@@ -230,10 +230,4 @@ int64_t clip_norms(at::Tensor& U, double max_norm) {
   return clipped;
 }
 
-const std::vector<std::string>& aggregator_names() {
-  static const std::vector<std::string> names = {"fedavg",     "median", "trimmed-mean", "krum",
-                                                 "multi-krum", "bulyan", "fltrust"};
-  return names;
-}
-
 }  // namespace pare::federated

@@ -13,7 +13,6 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
-#include <string>
 #include <vector>
 
 namespace pare::federated {
@@ -65,9 +64,5 @@ Aggregate fltrust(const at::Tensor& U, const at::Tensor& g0);
 /// Norm clipping, a pre-step for any aggregator: scales each row with L2 norm above `max_norm`
 /// down to `max_norm` (in place). Returns the number of rows it clipped. Needs max_norm > 0.
 int64_t clip_norms(at::Tensor& U, double max_norm);
-
-/// The aggregators by name, for the command line: "fedavg", "median", "trimmed-mean", "krum",
-/// "multi-krum", "bulyan", "fltrust".
-const std::vector<std::string>& aggregator_names();
 
 }  // namespace pare::federated

@@ -21,6 +21,7 @@ using Clock = std::chrono::steady_clock;
 
 void ClientOptions::validate() const {
   PARE_CHECK_OPTION(!id.empty() && id.size() <= 256, "client_id", "must have 1 to 256 characters");
+  tls.validate(false);
   PARE_CHECK_OPTION(server_timeout > 0, "server_timeout", "must be > 0 seconds, got ", server_timeout);
   PARE_CHECK_OPTION(max_message_mb >= 1 && max_message_mb <= 2047, "max_message_mb", "must be in [1, 2047], got ",
                     max_message_mb);
@@ -51,7 +52,6 @@ at::Tensor collude_alie(const ClientOptions& o, int64_t round, const at::Tensor&
   return alie_update(at::stack(rows), o.round_clients, o.colluders);
 }
 
-
 struct Connection {
   const ClientOptions& o;
   std::unique_ptr<wire::Federation::Stub> stub;
@@ -61,7 +61,8 @@ struct Connection {
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(int(o.max_message_mb << 20));
     args.SetMaxSendMessageSize(int(o.max_message_mb << 20));
-    stub = wire::Federation::NewStub(grpc::CreateCustomChannel(o.server, grpc::InsecureChannelCredentials(), args));
+    if (!o.tls.server_name.empty()) args.SetSslTargetNameOverride(o.tls.server_name);
+    stub = wire::Federation::NewStub(grpc::CreateCustomChannel(o.server, channel_credentials(o.tls), args));
   }
 
   // Runs `call` until it goes through; retries while the server is unreachable (restarting), up

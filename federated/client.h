@@ -9,12 +9,14 @@
 
 #include "core/data.h"
 #include "federated/attack.h"
+#include "federated/tls.h"
 
 namespace pare::federated {
 
 struct ClientOptions {
   std::string server = "127.0.0.1:50051";  ///< host:port
   std::string id;                          ///< the client's name, stable over restarts
+  TlsOptions tls;                          ///< the server's CA (and a certificate for mutual TLS); none: plaintext
   int64_t architecture = 0;                ///< which of the server's models it trains (feddf)
   double server_timeout = 120;             ///< seconds without the server before giving up
   int64_t max_message_mb = 512;

@@ -27,6 +27,63 @@ namespace pare::federated {
 using Clock = std::chrono::steady_clock;
 using json = nlohmann::json;
 
+namespace {
+// The aggregators by name: the fewest rows each needs for f Byzantine ones, and how it runs on
+// the (already clipped) rows U.
+struct Rule {
+  const char* name;
+  int64_t (*needs)(int64_t f);
+  Aggregate (*run)(const AggregatorOptions& o, const at::Tensor& U, const std::vector<double>& w, const at::Tensor& g0);
+};
+
+int64_t needs_one(int64_t) { return 1; }
+int64_t needs_krum(int64_t f) { return 2 * f + 3; }
+
+const Rule kRules[] = {
+    {"fedavg", needs_one, [](const AggregatorOptions&, const at::Tensor& U, const std::vector<double>& w,
+                             const at::Tensor&) { return fedavg(U, w); }},
+    {"median", needs_one, [](const AggregatorOptions&, const at::Tensor& U, const std::vector<double>&,
+                             const at::Tensor&) { return coordinate_median(U); }},
+    {"trimmed-mean", needs_one,
+     [](const AggregatorOptions& o, const at::Tensor& U, const std::vector<double>&, const at::Tensor&) {
+       return trimmed_mean(U, int64_t(o.trim * double(U.size(0))));
+     }},
+    {"krum", needs_krum, [](const AggregatorOptions& o, const at::Tensor& U, const std::vector<double>&,
+                            const at::Tensor&) { return krum(U, o.assume_byzantine); }},
+    {"multi-krum", needs_krum,
+     [](const AggregatorOptions& o, const at::Tensor& U, const std::vector<double>&, const at::Tensor&) {
+       const int64_t n = U.size(0);
+       return multi_krum(U, o.assume_byzantine, o.multi_krum_m > 0 ? std::min(o.multi_krum_m, n) : n - o.assume_byzantine);
+     }},
+    {"bulyan", [](int64_t f) -> int64_t { return 4 * f + 3; },
+     [](const AggregatorOptions& o, const at::Tensor& U, const std::vector<double>&, const at::Tensor&) {
+       return bulyan(U, o.assume_byzantine);
+     }},
+    {"fltrust", needs_one,
+     [](const AggregatorOptions& o, const at::Tensor& U, const std::vector<double>&, const at::Tensor& g0) {
+       PARE_ASSERT(g0.defined(), "FLTrust without a server update");
+       // The server's own update is clipped like the clients' (FLTrust then rescales to its norm).
+       const double scale = o.clip_norm > 0 ? std::min(1.0, o.clip_norm / std::max(1e-30, g0.norm().item<double>())) : 1.0;
+       return fltrust(U, g0 * scale);
+     }},
+};
+
+const Rule& rule_of(const std::string& name) {
+  for (const Rule& r : kRules)
+    if (name == r.name) return r;
+  throw InputError("unknown aggregator '" + name + "'");
+}
+}  // namespace
+
+const std::vector<std::string>& aggregator_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> v;
+    for (const Rule& r : kRules) v.push_back(r.name);
+    return v;
+  }();
+  return names;
+}
+
 void AggregatorOptions::validate() const {
   const auto& names = aggregator_names();
   std::string list;
@@ -41,24 +98,15 @@ void AggregatorOptions::validate() const {
 
 Aggregate aggregate(const AggregatorOptions& o, at::Tensor U, const std::vector<double>& weights, const at::Tensor& g0,
                     int64_t* clipped) {
-  const int64_t n = U.size(0), f = o.assume_byzantine;
+  const Rule& rule = rule_of(o.name);
   const int64_t k = o.clip_norm > 0 ? clip_norms(U, o.clip_norm) : 0;
   if (clipped) *clipped = k;
-  if (o.name == "fedavg") return fedavg(U, weights);
-  if (o.name == "median") return coordinate_median(U);
-  if (o.name == "trimmed-mean") return trimmed_mean(U, int64_t(o.trim * double(n)));
-  if (o.name == "krum") return krum(U, f);
-  if (o.name == "multi-krum") return multi_krum(U, f, o.multi_krum_m > 0 ? std::min(o.multi_krum_m, n) : n - f);
-  if (o.name == "bulyan") return bulyan(U, f);
-  if (o.name == "fltrust") {
-    PARE_ASSERT(g0.defined(), "FLTrust without a server update");
-    return fltrust(U, o.clip_norm > 0 ? g0 * std::min(1.0, o.clip_norm / std::max(1e-30, g0.norm().item<double>())) : g0);
-  }
-  throw InputError("unknown aggregator '" + o.name + "'");
+  return rule.run(o, U, weights, g0);
 }
 
 void ServerOptions::validate() const {
   agg.validate();
+  tls.validate(true);
   PARE_CHECK_OPTION(rounds >= 1, "rounds", "must be at least 1, got ", rounds);
   PARE_CHECK_OPTION(clients >= 1, "clients", "must be at least 1, got ", clients);
   PARE_CHECK_OPTION(per_round >= 0, "per_round", "must be >= 0 (0: every live client), got ", per_round);
@@ -82,7 +130,7 @@ void ServerOptions::validate() const {
   // A round has at most this many answers: too few for the aggregator's f is a mistake to say now
   // (a round with fewer answers than its rule needs is skipped and says why).
   const int64_t n = per_round > 0 ? std::min(per_round, clients) : clients, f = agg.assume_byzantine;
-  const int64_t need = agg.name == "bulyan" ? 4 * f + 3 : (agg.name == "krum" || agg.name == "multi-krum") ? 2 * f + 3 : 1;
+  const int64_t need = rule_of(agg.name).needs(f);
   PARE_CHECK_OPTION(n >= need, "assume_byzantine", "is too large for ", n, " clients per round: ", agg.name, " needs n >= ",
                     need, " for f = ", f);
 }
@@ -492,13 +540,15 @@ std::vector<RoundStats> Server::run() {
   s.resume();
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(s.o.address, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(s.o.address, server_credentials(s.o.tls), &port);
   builder.SetMaxReceiveMessageSize(int(s.o.max_message_mb << 20));
   builder.SetMaxSendMessageSize(int(s.o.max_message_mb << 20));
   builder.RegisterService(&s);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || port == 0) throw InputError("pare federate server: cannot listen on '" + s.o.address + "'");
-  s.log("listening on port %d; %lld rounds, aggregator %s\n", port, (long long)s.o.rounds, s.o.agg.name.c_str());
+  const char* security = !s.o.tls.enabled() ? "plaintext" : s.o.tls.ca.empty() ? "TLS" : "mutual TLS";
+  s.log("listening on port %d (%s); %lld rounds, aggregator %s\n", port, security, (long long)s.o.rounds,
+        s.o.agg.name.c_str());
   if (!s.o.port_file.empty()) write_file_atomic(s.o.port_file, std::to_string(port) + "\n");
   if (s.history.empty()) s.checkpoint();  // round 0: the initial model
   if (int64_t(s.history.size()) < s.o.rounds) s.wait_for_clients();

@@ -20,8 +20,13 @@
 #include "core/graph.h"
 #include "federated/aggregate.h"
 #include "federated/local.h"
+#include "federated/tls.h"
 
 namespace pare::federated {
+
+/// The aggregators by name, for the command line: "fedavg", "median", "trimmed-mean", "krum",
+/// "multi-krum", "bulyan", "fltrust".
+const std::vector<std::string>& aggregator_names();
 
 /// Which aggregator runs and what it assumes.
 struct AggregatorOptions {
@@ -51,6 +56,7 @@ struct ServerOptions {
   double distill_lr = 1e-3, distill_temperature = 1;
   std::string address = "127.0.0.1:0";  ///< host:port to listen on (port 0: any free port)
   std::string port_file;                ///< written (atomically) with the port once listening
+  TlsOptions tls;                       ///< certificate and key (and the clients' CA for mutual TLS); none: plaintext
   std::string dir;                      ///< state: checkpoint, rounds.jsonl, the final model
   int64_t rounds = 10;
   int64_t clients = 1;       ///< clients to wait for before the first round

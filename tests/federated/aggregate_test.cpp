@@ -279,7 +279,3 @@ TEST(Aggregate, UpdateIsFloat32ForDoubleInput) {
   EXPECT_EQ(fed::fedavg(U, {1, 1}).update.scalar_type(), at::kFloat);
 }
 
-TEST(Aggregate, NamesListEveryAggregator) {
-  EXPECT_EQ(fed::aggregator_names(), (std::vector<std::string>{"fedavg", "median", "trimmed-mean", "krum",
-                                                               "multi-krum", "bulyan", "fltrust"}));
-}

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <thread>
 
 #include "core/onnx_io.h"
@@ -211,4 +212,47 @@ TEST(FederatedServer, SkipsARoundWithFewerAnswersThanTheMinimumAndKeepsTheModel)
   EXPECT_TRUE(stats[0].skipped);
   const pare::core::Graph out = pare::core::load_onnx(dir.file("server/model.onnx"));
   for (const auto& [name, t0] : initial.initializers) EXPECT_TRUE(pare::testing::bitwise_equal(out.initializers.at(name), t0)) << name;
+}
+
+// The server's table of rules: every name reaches its own function with the options it needs, and
+// the fewest clients each rule accepts for f are checked when the options are.
+TEST(FederatedAggregate, EachNameRunsItsRuleWithItsOptions) {
+  EXPECT_EQ(fed::aggregator_names(), (std::vector<std::string>{"fedavg", "median", "trimmed-mean", "krum",
+                                                               "multi-krum", "bulyan", "fltrust"}));
+  at::Tensor U = at::randn({11, 5}, at::TensorOptions().dtype(at::kFloat));
+  const std::vector<double> w(11, 1.0);
+  const at::Tensor g0 = at::randn({5});
+  fed::AggregatorOptions o;
+  o.assume_byzantine = 2;
+  o.trim = 0.2;
+  o.multi_krum_m = 4;
+  const std::map<std::string, fed::Aggregate> direct = {
+      {"fedavg", fed::fedavg(U, w)},          {"median", fed::coordinate_median(U)},
+      {"trimmed-mean", fed::trimmed_mean(U, 2)}, {"krum", fed::krum(U, 2)},
+      {"multi-krum", fed::multi_krum(U, 2, 4)},  {"bulyan", fed::bulyan(U, 2)},
+      {"fltrust", fed::fltrust(U, g0)}};
+  for (const std::string& name : fed::aggregator_names()) {
+    o.name = name;
+    const fed::Aggregate a = fed::aggregate(o, U.clone(), w, g0);
+    EXPECT_TRUE(at::equal(a.update, direct.at(name).update)) << name;
+    EXPECT_EQ(a.selected, direct.at(name).selected) << name;
+  }
+  o.name = "nope";
+  EXPECT_THROW(o.validate(), pare::InputError);
+
+  fed::ServerOptions s;
+  s.dir = "unused";
+  s.clients = 10;
+  s.agg.assume_byzantine = 2;
+  for (const auto& [name, ok] : std::vector<std::pair<std::string, bool>>{{"bulyan", false}, {"krum", true},
+                                                                          {"multi-krum", true}, {"median", true}}) {
+    s.agg.name = name;  // 10 clients: bulyan needs 4f+3 = 11, krum 2f+3 = 7
+    if (ok)
+      EXPECT_NO_THROW(s.validate()) << name;
+    else
+      EXPECT_THROW(s.validate(), pare::InputError) << name;
+  }
+  s.clients = 11;
+  s.agg.name = "bulyan";
+  EXPECT_NO_THROW(s.validate());
 }
