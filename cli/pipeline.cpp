@@ -235,12 +235,19 @@ int Runner::spawn(const std::vector<std::string>& args, const std::string& out_f
     ::close(fds[1]);
     throw Error("pare pipeline: cannot write " + path(out_file) + ": " + std::strerror(errno));
   }
-  const pid_t pid = spawn_child(args, "pare pipeline", [&] {
-    if (::chdir(o_.run_dir.c_str()) != 0) ::_exit(126);
-    ::dup2(fds[1], 2);
-    ::dup2(out_fd < 0 ? fds[1] : out_fd, 1);
-    ::close(fds[0]);
-  });
+  pid_t pid = -1;
+  try {
+    pid = spawn_child(args, "pare pipeline", [&] {
+      if (::chdir(o_.run_dir.c_str()) != 0) ::_exit(126);
+      ::dup2(fds[1], 2);
+      ::dup2(out_fd < 0 ? fds[1] : out_fd, 1);
+      ::close(fds[0]);
+    });
+  } catch (...) {
+    for (const int fd : {fds[0], fds[1], out_fd})
+      if (fd >= 0) ::close(fd);
+    throw;
+  }
   if (out_fd >= 0) ::close(out_fd);
   g_child = pid;
   ::close(fds[1]);
