@@ -36,8 +36,8 @@ test: build
 fuzz: $(STAMP)
 	tests/fuzz/run
 
-# The sanitizer job: tests/core's parser tests, tests/dist, tests/cli/launch_test.sh, bad_input_test.sh and federate_test.sh with
-# clang-16, AddressSanitizer and UndefinedBehaviorSanitizer (tests/fuzz); any report fails it.
+# The sanitizer job: tests/core's parser tests, tests/dist, tests/cli/launch_test.sh, bad_input_test.sh, federate_test.sh and
+# federate_tls_test.sh with clang-16, AddressSanitizer and UndefinedBehaviorSanitizer (tests/fuzz); any report fails it.
 sanitize: $(STAMP)
 	tests/fuzz/sanitize
 
