@@ -12,6 +12,7 @@ architecture alone on all the clients (which also get the held-out samples, with
 
   PARE=build/cli/pare bench/federated.sh                      # 20 clients, Dirichlet 0.5, 30 rounds
   PARE=build/cli/pare bench/federated.sh --table --rounds 10 --train-samples 20000
+  PARE=build/cli/pare bench/federated.sh --table --fractions 0.2 --aggregators median --bucket 2
   PARE=build/cli/pare bench/federated.sh --feddf mlp:784-100-10 mlp:784-300-100-10 lenet5
 """
 import argparse
@@ -45,8 +46,11 @@ def simulate(a, out, aggregator="fedavg", byzantine=0, attack="none", models=Non
         cmd += ["--root-samples", str(a.root_samples)]
     if byzantine:
         cmd += ["--byzantine", str(byzantine), "--attack", attack]
-        if aggregator == "trimmed-mean":  # cut at least the attackers' share at each end
-            cmd += ["--trim", str(min(0.45, max(0.2, byzantine / a.clients)))]
+        if aggregator == "trimmed-mean":  # cut at least the attackers' share of the rows at each end
+            rows = -(-a.clients // a.bucket) if a.bucket > 1 else a.clients
+            cmd += ["--trim", str(min(0.45, max(0.2, byzantine / rows)))]
+    if a.bucket > 1 and aggregator != "fedavg":
+        cmd += ["--bucket", str(a.bucket)]
     cmd += list(extra)
     t0 = time.time()
     r = subprocess.run(cmd, capture_output=True, text=True)
@@ -168,6 +172,7 @@ def main():
     p.add_argument("--aggregators", nargs="+", default=AGGS)
     p.add_argument("--attacks", nargs="+", default=ATTACKS)
     p.add_argument("--root-samples", type=int, default=1000, help="FLTrust's root set")
+    p.add_argument("--bucket", type=int, default=0, help="bucketing before every robust rule (groups of this many)")
     p.add_argument("--feddf", nargs="+", metavar="MODEL")
     p.add_argument("--distill-samples", type=int, default=5000)
     p.add_argument("--ensemble", default="mean")

@@ -77,6 +77,9 @@ struct ServerFlags {
     cmd->add_option("--multi-krum-m", s.agg.multi_krum_m, "Multi-Krum: updates averaged (0: n - f)")->group(g);
     cmd->add_option("--clip-norm", s.agg.clip_norm, "Clip each update's L2 norm to this first (0: no clipping)")
         ->group(g);
+    cmd->add_option("--bucket", s.agg.bucket, "Then average random groups of this many updates and aggregate the "
+                    "group means (Karimireddy et al. 2022; f stays, n becomes ceil(n / bucket); 0: no bucketing)")
+        ->group(g);
     const std::string l = "Local training (sent to the clients)";
     cmd->add_option("--local-epochs", s.local.epochs, "Epochs per round")->capture_default_str()->group(l);
     cmd->add_option("--batch-size,-b", s.local.batch_size, "Batch size")->capture_default_str()->group(l);
@@ -317,7 +320,8 @@ struct Simulation {
                                   std::to_string(s.join_timeout), "--aggregator", s.agg.name, "--assume-byzantine",
                                   std::to_string(s.agg.assume_byzantine), "--trim", std::to_string(s.agg.trim),
                                   "--multi-krum-m", std::to_string(s.agg.multi_krum_m), "--clip-norm",
-                                  std::to_string(s.agg.clip_norm), "--local-epochs", std::to_string(s.local.epochs),
+                                  std::to_string(s.agg.clip_norm), "--bucket", std::to_string(s.agg.bucket),
+                                  "--local-epochs", std::to_string(s.local.epochs),
                                   "--batch-size", std::to_string(s.local.batch_size), "--lr", std::to_string(s.local.lr),
                                   "--optimizer", s.local.optimizer, "--momentum", std::to_string(s.local.momentum),
                                   "--local-kd-alpha", std::to_string(s.local.kd_alpha), "--local-kd-temperature",

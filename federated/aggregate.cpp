@@ -1,11 +1,13 @@
 // Aggregates a round's client updates U [n, d] into one update [d]: the weighted mean, and the
-// robust rules (coordinate median, trimmed mean, Krum, Multi-Krum, Bulyan, FLTrust). Distances,
-// scores and means are computed in float64; the update comes back float32.
+// robust rules (coordinate median, trimmed mean, Krum, Multi-Krum, Bulyan, FLTrust), and the
+// pre-steps (bucketing, norm clipping). Distances, scores and means are computed in float64; the
+// update comes back float32.
 #include "federated/aggregate.h"
 
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <random>
 
 #include "core/error.h"
 
@@ -214,6 +216,24 @@ Aggregate fltrust(const at::Tensor& U, const at::Tensor& g0) {
   }
   if (total == 0) return {at::zeros({d}, at::kFloat), selected, scores};
   return {(acc / total).to(at::kFloat), selected, scores};
+}
+
+Buckets bucket_rows(const at::Tensor& U, int64_t s, uint64_t seed) {
+  at::Tensor X = checked_updates(U, "bucketing");
+  PARE_CHECK_OPTION(s >= 1, "bucket", "(rows per bucket) must be >= 1, got ", s);
+  const int64_t n = X.size(0), buckets = (n + s - 1) / s;
+  std::vector<int64_t> order = all_rows(n);
+  std::mt19937_64 rng(seed);
+  std::shuffle(order.begin(), order.end(), rng);
+  Buckets b;
+  b.means = at::empty({buckets, X.size(1)}, at::kFloat);
+  for (int64_t k = 0; k < buckets; ++k) {
+    std::vector<int64_t> rows(order.begin() + k * s, order.begin() + std::min(n, (k + 1) * s));
+    std::sort(rows.begin(), rows.end());
+    b.means[k].copy_(mean_of_rows(X, rows));
+    b.members.push_back(std::move(rows));
+  }
+  return b;
 }
 
 int64_t clip_norms(at::Tensor& U, double max_norm) {

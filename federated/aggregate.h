@@ -5,7 +5,8 @@
 // naming the option when n is too small for the f it was given.
 //
 //   at::Tensor U = at::stack(rows);                // n client updates
-//   clip_norms(U, 5.0);                            // optional pre-step for any aggregator
+//   clip_norms(U, 5.0);                            // optional pre-steps for any aggregator
+//   U = bucket_rows(U, /*s=*/2, seed).means;       // (the server maps buckets back to clients)
 //   Aggregate a = multi_krum(U, /*f=*/2, /*m=*/6);
 //   global += a.update;
 #pragma once
@@ -60,6 +61,20 @@ Aggregate bulyan(const at::Tensor& U, int64_t f);
 /// rows of norm 0 get trust 0). Tolerates any number of Byzantine clients as long as the root set
 /// is clean and representative. scores = the TS_i.
 Aggregate fltrust(const at::Tensor& U, const at::Tensor& g0);
+
+/// Rows grouped at random into buckets (see bucket_rows).
+struct Buckets {
+  at::Tensor means;                           ///< [ceil(n / s), d], float32: each bucket's mean
+  std::vector<std::vector<int64_t>> members;  ///< per bucket, its rows of U (ascending)
+};
+
+/// Bucketing (Karimireddy, He & Jaggi 2022), a pre-step for any robust aggregator on non-IID
+/// clients: permutes the n rows at random (`seed`), cuts them into ceil(n / s) buckets of s (the
+/// last one smaller when s does not divide n) and returns the buckets' means. A Byzantine row
+/// spoils only its own bucket, so f Byzantine rows spoil at most f of the ceil(n / s) means,
+/// while the means of honest rows lie closer together than the rows: the aggregator then runs on
+/// the means, with f unchanged and n = ceil(n / s). Needs s >= 1 (s = 1: the rows, permuted).
+Buckets bucket_rows(const at::Tensor& U, int64_t s, uint64_t seed);
 
 /// Norm clipping, a pre-step for any aggregator: scales each row with L2 norm above `max_norm`
 /// down to `max_norm` (in place). Returns the number of rows it clipped. Needs max_norm > 0.

@@ -94,14 +94,32 @@ void AggregatorOptions::validate() const {
   PARE_CHECK_OPTION(trim >= 0 && trim < 0.5, "trim", "must be in [0, 0.5), got ", trim);
   PARE_CHECK_OPTION(multi_krum_m >= 0, "multi_krum_m", "must be >= 0, got ", multi_krum_m);
   PARE_CHECK_OPTION(clip_norm >= 0, "clip_norm", "must be >= 0, got ", clip_norm);
+  PARE_CHECK_OPTION(bucket >= 0, "bucket", "must be >= 0 (0, 1: no bucketing), got ", bucket);
 }
 
 Aggregate aggregate(const AggregatorOptions& o, at::Tensor U, const std::vector<double>& weights, const at::Tensor& g0,
-                    int64_t* clipped) {
+                    int64_t* clipped, uint64_t seed) {
   const Rule& rule = rule_of(o.name);
-  const int64_t k = o.clip_norm > 0 ? clip_norms(U, o.clip_norm) : 0;
-  if (clipped) *clipped = k;
-  return rule.run(o, U, weights, g0);
+  const int64_t n_clipped = o.clip_norm > 0 ? clip_norms(U, o.clip_norm) : 0;
+  if (clipped) *clipped = n_clipped;
+  if (o.bucket <= 1) return rule.run(o, U, weights, g0);
+  const Buckets b = bucket_rows(U, o.bucket, seed);
+  std::vector<double> bucket_weights;
+  for (const auto& rows : b.members) {
+    double w = 0;
+    for (int64_t i : rows) w += weights.at(size_t(i));
+    bucket_weights.push_back(w);
+  }
+  Aggregate a = rule.run(o, b.means, bucket_weights, g0);
+  Aggregate out{a.update, {}, {}};
+  for (int64_t k : a.selected) out.selected.insert(out.selected.end(), b.members[k].begin(), b.members[k].end());
+  std::sort(out.selected.begin(), out.selected.end());
+  if (!a.scores.empty()) {
+    out.scores.resize(size_t(U.size(0)));
+    for (size_t k = 0; k < b.members.size(); ++k)
+      for (int64_t i : b.members[k]) out.scores[size_t(i)] = a.scores[k];
+  }
+  return out;
 }
 
 void ServerOptions::validate() const {
@@ -129,10 +147,13 @@ void ServerOptions::validate() const {
   PARE_CHECK_OPTION(distill_temperature > 0, "distill_temperature", "must be > 0, got ", distill_temperature);
   // A round has at most this many answers: too few for the aggregator's f is a mistake to say now
   // (a round with fewer answers than its rule needs is skipped and says why).
-  const int64_t n = per_round > 0 ? std::min(per_round, clients) : clients, f = agg.assume_byzantine;
+  // With bucketing the rule sees ceil(n / bucket) rows, f of which may be spoilt.
+  const int64_t answers = per_round > 0 ? std::min(per_round, clients) : clients, f = agg.assume_byzantine;
+  const int64_t n = agg.bucket > 1 ? (answers + agg.bucket - 1) / agg.bucket : answers;
   const int64_t need = rule_of(agg.name).needs(f);
-  PARE_CHECK_OPTION(n >= need, "assume_byzantine", "is too large for ", n, " clients per round: ", agg.name, " needs n >= ",
-                    need, " for f = ", f);
+  PARE_CHECK_OPTION(n >= need, "assume_byzantine", "is too large for ", answers, " clients per round",
+                    agg.bucket > 1 ? " in buckets of " + std::to_string(agg.bucket) + " (" + std::to_string(n) + " rows)" : "",
+                    ": ", agg.name, " needs n >= ", need, " for f = ", f);
 }
 
 namespace {
@@ -447,7 +468,7 @@ void Server::Impl::aggregate_into(RoundStats& st, const std::vector<Answer>& got
   }
   try {
     int64_t clipped = 0;
-    Aggregate agg = aggregate(o.agg, at::stack(rows), weights, g0, &clipped);
+    Aggregate agg = aggregate(o.agg, at::stack(rows), weights, g0, &clipped, o.seed + uint64_t(st.round));
     st.clipped += clipped;
     for (int64_t i : agg.selected) st.selected.push_back(who[i]->client);
     st.scores.insert(st.scores.end(), agg.scores.begin(), agg.scores.end());

@@ -35,15 +35,19 @@ struct AggregatorOptions {
   double trim = 0.2;            ///< trimmed mean: the fraction of values cut at each end (floor(trim * n))
   int64_t multi_krum_m = 0;     ///< Multi-Krum: rows averaged (0: n - f)
   double clip_norm = 0;         ///< norm clipping before any aggregator (0: none)
+  int64_t bucket = 0;           ///< bucketing after clipping: the rule runs on the means of random groups of this many (0, 1: none)
   /// Throws InputError naming the option for an unknown name or a value out of range.
   void validate() const;
 };
 
 /// Aggregates the round's updates U [n, d] (rows in client order; `weights`: their sample counts;
 /// `g0`: FLTrust's server update, undefined for the others). Clips first when clip_norm > 0 and
-/// stores the number of clipped rows in `clipped`.
+/// stores the number of clipped rows in `clipped`; then, when bucket > 1, runs the rule on
+/// bucket_rows(U, bucket, seed) (a bucket's weight: the sum of its rows'), and reports in rows:
+/// `selected` holds every row of a selected bucket, and `scores` (when the rule has them) gives
+/// each row its bucket's score.
 Aggregate aggregate(const AggregatorOptions& o, at::Tensor U, const std::vector<double>& weights,
-                    const at::Tensor& g0, int64_t* clipped = nullptr);
+                    const at::Tensor& g0, int64_t* clipped = nullptr, uint64_t seed = 0);
 
 struct ServerOptions {
   /// "fedavg": one model, every client trains it. "feddf" (Lin et al. 2020): one model per

@@ -3,6 +3,7 @@
 // too small for the tolerated f or an option is out of range.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -240,6 +241,37 @@ TEST(Aggregate, ClipNormsScalesOnlyLongRows) {
   EXPECT_EQ(fed::clip_norms(U, 10.0), 0);
   pare::testing::expect_option_error([&] { fed::clip_norms(U, 0.0); }, "max_norm", {"must be > 0", "got 0"});
   pare::testing::expect_option_error([&] { fed::clip_norms(U, -1.0); }, "max_norm", {"got -1"});
+}
+
+// Bucketing: the buckets are a partition of the rows into ceil(n / s) groups of s (the last
+// smaller), each mean is its members' mean, and the same seed gives the same buckets.
+TEST(Aggregate, BucketRowsPartitionsTheRowsAndAveragesEachBucket) {
+  const at::Tensor U = agg_rows({{0, 1}, {2, 3}, {4, 5}, {6, 7}, {8, 9}});
+  const fed::Buckets b = fed::bucket_rows(U, 2, 7);
+  ASSERT_EQ(b.members.size(), 3u);
+  ASSERT_EQ(b.means.sizes(), (at::IntArrayRef{3, 2}));
+  std::vector<int64_t> seen;
+  for (size_t k = 0; k < b.members.size(); ++k) {
+    EXPECT_EQ(b.members[k].size(), k < 2 ? 2u : 1u) << "bucket " << k;
+    std::vector<double> want(2, 0.0);
+    for (int64_t i : b.members[k]) {
+      seen.push_back(i);
+      for (int j = 0; j < 2; ++j) want[j] += double(2 * i + j) / double(b.members[k].size());  // row i is (2i, 2i+1)
+    }
+    agg_expect_near(b.means[int64_t(k)], want);
+  }
+  std::sort(seen.begin(), seen.end());
+  EXPECT_EQ(seen, (std::vector<int64_t>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(fed::bucket_rows(U, 2, 7).members, b.members);
+  // Another seed gives another grouping for at least one of a few seeds (5 rows: 15 pairings).
+  bool differs = false;
+  for (uint64_t seed = 8; seed < 16; ++seed) differs |= fed::bucket_rows(U, 2, seed).members != b.members;
+  EXPECT_TRUE(differs);
+  // s >= n: one bucket, the plain mean (1+2+3+10)/4 = 4; s = 1: every row alone.
+  agg_expect_near(fed::bucket_rows(agg_rows({{1}, {2}, {3}, {10}}), 4, 0).means[0], {4.0});
+  agg_expect_near(fed::bucket_rows(agg_rows({{1}, {2}, {3}, {10}}), 9, 0).means[0], {4.0});
+  EXPECT_EQ(fed::bucket_rows(U, 1, 3).members.size(), 5u);
+  pare::testing::expect_option_error([&] { fed::bucket_rows(U, 0, 0); }, "bucket", {"must be >= 1", "got 0"});
 }
 
 TEST(Aggregate, RefusesTooFewClientsForF) {

@@ -216,6 +216,57 @@ TEST(FederatedServer, SkipsARoundWithFewerAnswersThanTheMinimumAndKeepsTheModel)
 
 // The server's table of rules: every name reaches its own function with the options it needs, and
 // the fewest clients each rule accepts for f are checked when the options are.
+// Bucketing before the rule (Karimireddy et al. 2022). Six clients, five honest sending 1 and one
+// sending 1e6, in buckets of 2: one of the three bucket means is (1e6 + 1) / 2, the two others 1,
+// so their median is exactly 1 whatever the grouping, where the median of the six rows is also 1
+// but FedAvg of the means is not. The round log's view is in rows: a rule that keeps buckets
+// names every client of each, and a rule with scores gives each client its bucket's.
+TEST(FederatedAggregate, BucketingRunsTheRuleOnGroupMeansAndReportsInClients) {
+  const at::Tensor U = at::tensor({1.f, 1.f, 1e6f, 1.f, 1.f, 1.f}).reshape({6, 1});
+  const std::vector<double> w(6, 1.0);
+  fed::AggregatorOptions o;
+  o.name = "median";
+  o.bucket = 2;
+  for (uint64_t seed = 0; seed < 5; ++seed) {
+    const fed::Aggregate a = fed::aggregate(o, U.clone(), w, {}, nullptr, seed);
+    EXPECT_FLOAT_EQ(a.update.item<float>(), 1.f) << "seed " << seed;
+    EXPECT_EQ(a.selected, (std::vector<int64_t>{0, 1, 2, 3, 4, 5}));
+  }
+  // Krum with f = 0 on the 3 means keeps one bucket: its two clients, the ones bucket_rows put together.
+  o.name = "krum";
+  const fed::Buckets b = fed::bucket_rows(U, 2, 3);
+  const fed::Aggregate k = fed::aggregate(o, U.clone(), w, {}, nullptr, 3);
+  const fed::Aggregate direct = fed::krum(b.means, 0);
+  ASSERT_EQ(direct.selected.size(), 1u);
+  EXPECT_EQ(k.selected, b.members[size_t(direct.selected[0])]);
+  ASSERT_EQ(k.scores.size(), 6u);
+  for (size_t g = 0; g < b.members.size(); ++g)
+    for (int64_t i : b.members[g]) EXPECT_EQ(k.scores[size_t(i)], direct.scores[g]) << "client " << i;
+  EXPECT_TRUE(at::equal(k.update, direct.update));
+  // FedAvg weighs a bucket by its clients' samples: buckets of s = n are the weighted mean of one
+  // bucket's plain mean, so (1+2+3+10)/4 = 4 whatever the weights.
+  o.name = "fedavg";
+  o.bucket = 4;
+  EXPECT_FLOAT_EQ(fed::aggregate(o, at::tensor({1.f, 2.f, 3.f, 10.f}).reshape({4, 1}), {1, 5, 1, 1}, {}).update.item<float>(),
+                  4.f);
+  o.bucket = -1;
+  pare::testing::expect_option_error([&] { o.validate(); }, "bucket", {"must be >= 0", "got -1"});
+
+  // The start-up check counts the rows the rule sees: 20 clients in buckets of 2 are 10 rows,
+  // enough for the median but not for Krum with f = 4 (2f + 3 = 11).
+  fed::ServerOptions s;
+  s.dir = "unused";
+  s.clients = 20;
+  s.agg.assume_byzantine = 4;
+  s.agg.bucket = 2;
+  s.agg.name = "median";
+  EXPECT_NO_THROW(s.validate());
+  s.agg.name = "krum";
+  pare::testing::expect_option_error([&] { s.validate(); }, "assume_byzantine", {"in buckets of 2 (10 rows)", "n >= 11"});
+  s.agg.bucket = 0;
+  EXPECT_NO_THROW(s.validate());
+}
+
 TEST(FederatedAggregate, EachNameRunsItsRuleWithItsOptions) {
   EXPECT_EQ(fed::aggregator_names(), (std::vector<std::string>{"fedavg", "median", "trimmed-mean", "krum",
                                                                "multi-krum", "bulyan", "fltrust"}));
