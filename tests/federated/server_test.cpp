@@ -243,8 +243,8 @@ TEST(FederatedAggregate, BucketingRunsTheRuleOnGroupMeansAndReportsInClients) {
   for (size_t g = 0; g < b.members.size(); ++g)
     for (int64_t i : b.members[g]) EXPECT_EQ(k.scores[size_t(i)], direct.scores[g]) << "client " << i;
   EXPECT_TRUE(at::equal(k.update, direct.update));
-  // FedAvg weighs a bucket by its clients' samples: buckets of s = n are the weighted mean of one
-  // bucket's plain mean, so (1+2+3+10)/4 = 4 whatever the weights.
+  // A bucket's mean is the plain mean of its rows (the weights only weigh buckets against each
+  // other): with s = n there is one bucket, so FedAvg gives (1+2+3+10)/4 = 4 whatever the weights.
   o.name = "fedavg";
   o.bucket = 4;
   EXPECT_FLOAT_EQ(fed::aggregate(o, at::tensor({1.f, 2.f, 3.f, 10.f}).reshape({4, 1}), {1, 5, 1, 1}, {}).update.item<float>(),
