@@ -214,13 +214,11 @@ TEST(FederatedServer, SkipsARoundWithFewerAnswersThanTheMinimumAndKeepsTheModel)
   for (const auto& [name, t0] : initial.initializers) EXPECT_TRUE(pare::testing::bitwise_equal(out.initializers.at(name), t0)) << name;
 }
 
-// The server's table of rules: every name reaches its own function with the options it needs, and
-// the fewest clients each rule accepts for f are checked when the options are.
 // Bucketing before the rule (Karimireddy et al. 2022). Six clients, five honest sending 1 and one
 // sending 1e6, in buckets of 2: one of the three bucket means is (1e6 + 1) / 2, the two others 1,
-// so their median is exactly 1 whatever the grouping, where the median of the six rows is also 1
-// but FedAvg of the means is not. The round log's view is in rows: a rule that keeps buckets
-// names every client of each, and a rule with scores gives each client its bucket's.
+// so their median is exactly 1 whatever the grouping. The round log's view is in clients: a rule
+// that keeps buckets names every client of each, and a rule with scores gives each client its
+// bucket's.
 TEST(FederatedAggregate, BucketingRunsTheRuleOnGroupMeansAndReportsInClients) {
   const at::Tensor U = at::tensor({1.f, 1.f, 1e6f, 1.f, 1.f, 1.f}).reshape({6, 1});
   const std::vector<double> w(6, 1.0);
@@ -267,6 +265,8 @@ TEST(FederatedAggregate, BucketingRunsTheRuleOnGroupMeansAndReportsInClients) {
   EXPECT_NO_THROW(s.validate());
 }
 
+// The server's table of rules: every name reaches its own function with the options it needs, and
+// the fewest clients each rule accepts for f are checked when the options are.
 TEST(FederatedAggregate, EachNameRunsItsRuleWithItsOptions) {
   EXPECT_EQ(fed::aggregator_names(), (std::vector<std::string>{"fedavg", "median", "trimmed-mean", "krum",
                                                                "multi-krum", "bulyan", "fltrust"}));
