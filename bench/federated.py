@@ -51,6 +51,8 @@ def simulate(a, out, aggregator="fedavg", byzantine=0, attack="none", models=Non
             cmd += ["--trim", str(min(0.45, max(0.2, byzantine / rows)))]
     if a.bucket > 1 and aggregator != "fedavg":
         cmd += ["--bucket", str(a.bucket)]
+    if a.server_momentum or a.server_lr != 1:
+        cmd += ["--server-momentum", str(a.server_momentum), "--server-lr", str(a.server_lr)]
     cmd += list(extra)
     t0 = time.time()
     r = subprocess.run(cmd, capture_output=True, text=True)
@@ -61,7 +63,8 @@ def simulate(a, out, aggregator="fedavg", byzantine=0, attack="none", models=Non
 
 
 def torch_fedavg(a, data_dir):
-    """FedAvg in PyTorch on pare's client files: local SGD (momentum, batch 32), sample-weighted mean."""
+    """FedAvg in PyTorch on pare's client files: local SGD (momentum, batch 32), sample-weighted mean,
+    then the server step (FedAvgM: v = beta v + mean update, the model moves by server lr * v)."""
     torch.manual_seed(a.seed)
     torch.set_num_threads(2)
     parts = []
@@ -72,6 +75,7 @@ def torch_fedavg(a, data_dir):
     xt, yt = load_fmnist_torch("test")
     glob = torch_model(a.model)
     n_all = sum(len(y) for _, y in parts)
+    velocity = {k: torch.zeros_like(v) for k, v in glob.state_dict().items()}
     for _ in range(a.rounds):
         avg = {k: torch.zeros_like(v) for k, v in glob.state_dict().items()}
         for x, y in parts:
@@ -86,6 +90,10 @@ def torch_fedavg(a, data_dir):
                 opt.step()
             for k, v in local.state_dict().items():
                 avg[k] += v * (len(y) / n_all)
+        state = glob.state_dict()
+        for k in avg if a.server_momentum or a.server_lr != 1 else ():
+            velocity[k] = a.server_momentum * velocity[k] + (avg[k] - state[k])
+            avg[k] = state[k] + a.server_lr * velocity[k]
         glob.load_state_dict(avg)
     with torch.no_grad():
         return (glob(xt).argmax(1) == yt).float().mean().item()
@@ -173,6 +181,8 @@ def main():
     p.add_argument("--attacks", nargs="+", default=ATTACKS)
     p.add_argument("--root-samples", type=int, default=1000, help="FLTrust's root set")
     p.add_argument("--bucket", type=int, default=0, help="bucketing before every robust rule (groups of this many)")
+    p.add_argument("--server-momentum", type=float, default=0, help="FedAvgM on every run (0: none)")
+    p.add_argument("--server-lr", type=float, default=1)
     p.add_argument("--feddf", nargs="+", metavar="MODEL")
     p.add_argument("--distill-samples", type=int, default=5000)
     p.add_argument("--ensemble", default="mean")

@@ -80,6 +80,9 @@ struct ServerFlags {
     cmd->add_option("--bucket", s.agg.bucket, "Then average random groups of this many updates and aggregate the "
                     "group means (Karimireddy et al. 2022; f stays, n becomes ceil(n / bucket); 0: no bucketing)")
         ->group(g);
+    cmd->add_option("--server-momentum", s.server_momentum, "Server momentum (FedAvgM): v = this * v + aggregate; "
+                    "the model moves by server-lr * v (0: the aggregate alone)")->capture_default_str()->group(g);
+    cmd->add_option("--server-lr", s.server_lr, "The server's step size on v")->capture_default_str()->group(g);
     const std::string l = "Local training (sent to the clients)";
     cmd->add_option("--local-epochs", s.local.epochs, "Epochs per round")->capture_default_str()->group(l);
     cmd->add_option("--batch-size,-b", s.local.batch_size, "Batch size")->capture_default_str()->group(l);
@@ -321,6 +324,8 @@ struct Simulation {
                                   std::to_string(s.agg.assume_byzantine), "--trim", std::to_string(s.agg.trim),
                                   "--multi-krum-m", std::to_string(s.agg.multi_krum_m), "--clip-norm",
                                   std::to_string(s.agg.clip_norm), "--bucket", std::to_string(s.agg.bucket),
+                                  "--server-momentum", std::to_string(s.server_momentum), "--server-lr",
+                                  std::to_string(s.server_lr),
                                   "--local-epochs", std::to_string(s.local.epochs),
                                   "--batch-size", std::to_string(s.local.batch_size), "--lr", std::to_string(s.local.lr),
                                   "--optimizer", s.local.optimizer, "--momentum", std::to_string(s.local.momentum),

@@ -17,6 +17,7 @@
 #include "core/json_util.h"
 #include "core/module.h"
 #include "core/onnx_io.h"
+#include "core/tensor_io.h"
 #include "distill/distiller.h"
 #include "distill/teacher.h"
 #include "distill/trainer.h"
@@ -133,6 +134,9 @@ void ServerOptions::validate() const {
   PARE_CHECK_OPTION(join_timeout > 0, "join_timeout", "must be > 0 seconds, got ", join_timeout);
   PARE_CHECK_OPTION(max_message_mb >= 1 && max_message_mb <= 2047, "max_message_mb", "must be in [1, 2047], got ",
                     max_message_mb);
+  PARE_CHECK_OPTION(std::isfinite(server_lr) && server_lr > 0, "server_lr", "must be finite and > 0, got ", server_lr);
+  PARE_CHECK_OPTION(server_momentum >= 0 && server_momentum < 1, "server_momentum", "must be in [0, 1), got ",
+                    server_momentum);
   PARE_CHECK_OPTION(local.epochs >= 1, "local_epochs", "must be at least 1, got ", local.epochs);
   PARE_CHECK_OPTION(local.kd_alpha >= 0 && local.kd_alpha <= 1, "local_kd_alpha", "must be in [0, 1], got ",
                     local.kd_alpha);
@@ -206,6 +210,7 @@ struct Server::Impl final : wire::Federation::Service {
   ServerOptions o;
   std::vector<core::Graph> models;  // the global model, or one per architecture (feddf)
   std::vector<Layout> layouts;
+  std::vector<at::Tensor> velocity;  // per model: the server momentum's v (undefined: zero)
   ServerData data;
   std::vector<RoundStats> history;
 
@@ -226,6 +231,7 @@ struct Server::Impl final : wire::Federation::Service {
 
   Impl(std::vector<core::Graph> g, ServerOptions opts, ServerData d) : o(std::move(opts)), models(std::move(g)), data(d) {
     for (const core::Graph& m : models) layouts.push_back(state_layout(m));
+    velocity.resize(models.size());
   }
 
   grpc::Status Poll(grpc::ServerContext*, const wire::PollRequest* req, wire::Task* task) override;
@@ -240,7 +246,7 @@ struct Server::Impl final : wire::Federation::Service {
   void finish_round(RoundStats& st, std::vector<Answer> got);
   void aggregate_into(RoundStats& st, const std::vector<Answer>& got, int64_t arch);
   void distill_round(const std::vector<Answer>& got, const std::vector<core::Graph>& before, int64_t round);
-  std::string model_file(int64_t r, size_t k) const;
+  std::string model_file(int64_t r, size_t k, const char* ext = ".onnx") const;
 };
 
 void Server::Impl::log(const char* fmt, ...) const {
@@ -327,15 +333,17 @@ grpc::Status Server::Impl::Submit(grpc::ServerContext*, const wire::Update* req,
   return grpc::Status::OK;
 }
 
-// The checkpoint: DIR/round-R.onnx (the global model after round R), then DIR/server.json naming
-// it with the round log so far, then the previous model removed. A crash between the writes leaves
-// server.json naming a model that exists.
+// The checkpoint: DIR/round-R.onnx (the global model after round R) and, with server momentum,
+// DIR/velocity-R.npy; then DIR/server.json naming them with the round log so far; then the previous
+// round's files removed. A crash between the writes leaves server.json naming files that exist.
 void Server::Impl::checkpoint() {
   const int64_t r = history.empty() ? 0 : history.back().round;
-  json files = json::array();
+  json files = json::array(), velocities = json::array();
   for (size_t k = 0; k < models.size(); ++k) {
     files.push_back(model_file(r, k));
     core::save_onnx(models[k], join_path(o.dir, files.back()));
+    velocities.push_back(velocity[k].defined() ? model_file(r, k, ".velocity.npy") : "");
+    if (velocity[k].defined()) core::save_npy(velocity[k], join_path(o.dir, velocities.back()));
   }
   json rounds = json::array();
   std::string lines;
@@ -343,15 +351,17 @@ void Server::Impl::checkpoint() {
     rounds.push_back(round_json(h));
     lines += rounds.back().dump() + "\n";
   }
-  const json state = {{"format", "pare.federated.server/1"}, {"round", r}, {"models", files}, {"rounds", rounds}};
+  const json state = {{"format", "pare.federated.server/1"}, {"round", r},          {"models", files},
+                      {"velocities", velocities},            {"rounds", rounds}};
   write_file_atomic(join_path(o.dir, "server.json"), state.dump(1) + "\n");
   write_file_atomic(join_path(o.dir, "rounds.jsonl"), lines);
-  for (size_t k = 0; r > 0 && k < models.size(); ++k) std::remove(join_path(o.dir, model_file(r - 1, k)).c_str());
+  for (size_t k = 0; r > 0 && k < models.size(); ++k)
+    for (const char* ext : {".onnx", ".velocity.npy"}) std::remove(join_path(o.dir, model_file(r - 1, k, ext)).c_str());
 }
 
-// round-R.onnx for the one model, round-R-K.onnx for each of several.
-std::string Server::Impl::model_file(int64_t r, size_t k) const {
-  return "round-" + std::to_string(r) + (models.size() > 1 ? "-" + std::to_string(k) : std::string()) + ".onnx";
+// round-R.onnx for the one model, round-R-K.onnx for each of several (`ext`: the file's ending).
+std::string Server::Impl::model_file(int64_t r, size_t k, const char* ext) const {
+  return "round-" + std::to_string(r) + (models.size() > 1 ? "-" + std::to_string(k) : std::string()) + ext;
 }
 
 void Server::Impl::resume() {
@@ -379,6 +389,16 @@ void Server::Impl::resume() {
     PARE_CHECK(l.names == layouts[k].names && l.shapes == layouts[k].shapes, path, ": the checkpointed model ",
                files[k], " is not the architecture of the model given; remove the folder to start over");
     models[k] = std::move(g);
+  }
+  const std::vector<std::string> vs = j.value("velocities", std::vector<std::string>(files.size()));
+  PARE_CHECK(vs.size() == models.size(), path, ": the checkpoint holds ", vs.size(), " velocities for ", models.size(),
+             " model(s); remove the folder to start over");
+  for (size_t k = 0; k < vs.size(); ++k) {
+    if (vs[k].empty()) continue;
+    at::Tensor v = core::load_npy(join_path(o.dir, vs[k]));
+    PARE_CHECK(v.dim() == 1 && v.size(0) == layouts[k].size && v.scalar_type() == at::kFloat, path, ": the velocity ",
+               vs[k], " is not a float32 vector of the model's ", layouts[k].size, " values; remove the folder to start over");
+    velocity[k] = v;
   }
   log("resuming from %s: %lld of %lld rounds done\n", path.c_str(), (long long)history.size(), (long long)o.rounds);
 }
@@ -472,7 +492,13 @@ void Server::Impl::aggregate_into(RoundStats& st, const std::vector<Answer>& got
     st.clipped += clipped;
     for (int64_t i : agg.selected) st.selected.push_back(who[i]->client);
     st.scores.insert(st.scores.end(), agg.scores.begin(), agg.scores.end());
-    apply_update(models[arch], agg.update, layouts[arch]);
+    at::Tensor step = agg.update;
+    if (o.server_momentum > 0) {
+      at::Tensor& v = velocity[size_t(arch)];
+      v = v.defined() ? v * o.server_momentum + step : step.clone();
+      step = v;
+    }
+    apply_update(models[arch], step, layouts[arch], o.server_lr);
   } catch (const InputError& e) {  // too few answers for the rule's f
     st.skipped = true;
     st.skip_reason += (st.skip_reason.empty() ? "" : "; ") + std::string(e.what());

@@ -73,6 +73,10 @@ struct ServerOptions {
   bool quiet = false;
   LocalTraining local;
   AggregatorOptions agg;
+  /// The server's step (FedAvgM, Hsu et al. 2019): v = server_momentum * v + a, where a is the
+  /// round's aggregate, then the model moves by server_lr * v. The defaults (1, 0) apply a as it is.
+  /// v is kept per model and checkpointed; a skipped round leaves it and the model as they are.
+  double server_lr = 1, server_momentum = 0;
   void validate() const;
 };
 

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <thread>
@@ -56,15 +57,15 @@ struct FakeClient {
   }
 };
 
-// An update of zeros of the global model's layout (valid), from the task's model.
-wire::Update fed_zero_update(const wire::Task& task, const std::string& id) {
+// An update of zeros (or of `value` everywhere) of the global model's layout, from the task's model.
+wire::Update fed_zero_update(const wire::Task& task, const std::string& id, float value = 0) {
   const pare::core::Graph g = pare::core::parse_onnx(task.model(), "task");
   const fed::Layout l = fed::state_layout(g);
   wire::Update u;
   u.set_client_id(id);
   u.set_round(task.round());
   u.set_num_samples(100);
-  fed::encode_tensors(fed::unflatten(at::zeros({l.size}), l), u.mutable_tensors());
+  fed::encode_tensors(fed::unflatten(at::full({l.size}, value), l), u.mutable_tensors());
   return u;
 }
 
@@ -212,6 +213,39 @@ TEST(FederatedServer, SkipsARoundWithFewerAnswersThanTheMinimumAndKeepsTheModel)
   EXPECT_TRUE(stats[0].skipped);
   const pare::core::Graph out = pare::core::load_onnx(dir.file("server/model.onnx"));
   for (const auto& [name, t0] : initial.initializers) EXPECT_TRUE(pare::testing::bitwise_equal(out.initializers.at(name), t0)) << name;
+}
+
+// Server momentum 0.5 and server lr 2, one client sending 1 everywhere each round: v is 1, 1.5,
+// 1.75, so after three rounds every weight moved by 2 * 4.25 = 8.5. The server is stopped after two
+// rounds and resumed for the third: the velocity comes back from the checkpoint (a fresh v would
+// give 2 * 3.5 = 7).
+TEST(FederatedServer, ServerMomentumAccumulatesAndResumesFromTheCheckpoint) {
+  pare::testing::TempDir dir;
+  const pare::core::Graph initial = pare::core::load_model("mlp:784-8-2", 1);
+  fed::ServerOptions o = fed_options(dir, 2, 1);
+  o.server_momentum = 0.5;
+  o.server_lr = 2;
+  for (int64_t rounds : {2, 3}) {
+    o.rounds = rounds;
+    std::remove(dir.file("port").c_str());
+    std::thread server([&] { fed::Server(initial, o, nullptr, nullptr).run(); });
+    FakeClient c(fed_wait_for_port(dir.file("port")), "c");
+    for (wire::Task t = c.wait_for_train(); t.kind() == wire::Task::TRAIN; t = c.wait_for_train())
+      EXPECT_TRUE(c.submit(fed_zero_update(t, "c", 1)).accepted());
+    server.join();
+  }
+  const pare::core::Graph out = pare::core::load_onnx(dir.file("server/model.onnx"));
+  for (const auto& [name, t0] : initial.initializers)
+    EXPECT_TRUE(at::allclose(out.initializers.at(name), t0 + 8.5, 0, 1e-4)) << name;
+  const std::string state = pare::read_file(dir.file("server/server.json"));
+  EXPECT_NE(state.find("round-3.velocity.npy"), std::string::npos) << state;
+  EXPECT_FALSE(pare::file_exists(dir.file("server/round-2.velocity.npy")));
+
+  o.server_momentum = 1;
+  EXPECT_THROW(o.validate(), pare::InputError);
+  o.server_momentum = 0;
+  o.server_lr = 0;
+  EXPECT_THROW(o.validate(), pare::InputError);
 }
 
 // Bucketing before the rule (Karimireddy et al. 2022). Six clients, five honest sending 1 and one
