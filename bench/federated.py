@@ -51,6 +51,8 @@ def simulate(a, out, aggregator="fedavg", byzantine=0, attack="none", models=Non
             cmd += ["--trim", str(min(0.45, max(0.2, byzantine / rows)))]
     if a.bucket > 1 and aggregator != "fedavg":
         cmd += ["--bucket", str(a.bucket)]
+    if a.local_kd_alpha:
+        cmd += ["--local-kd-alpha", str(a.local_kd_alpha)]
     if a.server_momentum or a.server_lr != 1:
         cmd += ["--server-momentum", str(a.server_momentum), "--server-lr", str(a.server_lr)]
     cmd += list(extra)
@@ -122,6 +124,9 @@ def no_attack(a, work):
     print(f"| pare federate simulate (FedAvg, {a.clients + 1} processes, gRPC) | {fed * 100:.2f}% | {fed_s:.0f} |")
     print(f"| PyTorch FedAvg on the same client data (one process) | {peer * 100:.2f}% | {peer_s:.0f} |")
     print(f"| pare train, central, {a.rounds} epochs | {cen * 100:.2f}% | - |")
+    if a.local_kd_alpha:
+        print(f"note: pare's clients also distil from the global model (alpha {a.local_kd_alpha:g}); the PyTorch "
+              "FedAvg and the central run do not")
     print(f"FedAvg vs central: {(fed - cen) * 100:+.2f} points; pare vs PyTorch FedAvg: {(fed - peer) * 100:+.2f} points; "
           f"total {time.time() - t0:.0f} s")
 
@@ -181,6 +186,8 @@ def main():
     p.add_argument("--attacks", nargs="+", default=ATTACKS)
     p.add_argument("--root-samples", type=int, default=1000, help="FLTrust's root set")
     p.add_argument("--bucket", type=int, default=0, help="bucketing before every robust rule (groups of this many)")
+    p.add_argument("--local-kd-alpha", type=float, default=0,
+                   help="every run's clients also distil from the round's global model, with this weight")
     p.add_argument("--server-momentum", type=float, default=0, help="FedAvgM on every run (0: none)")
     p.add_argument("--server-lr", type=float, default=1)
     p.add_argument("--feddf", nargs="+", metavar="MODEL")
