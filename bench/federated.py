@@ -133,7 +133,10 @@ def no_attack(a, work):
 
 def table(a, work):
     base, _, _ = simulate(a, f"{work}/base")
-    print(f"no attack, FedAvg: {base * 100:.2f}%")
+    every = "".join([f"; local KD alpha {a.local_kd_alpha:g}" if a.local_kd_alpha else "",
+                     f"; server momentum {a.server_momentum:g}, server lr {a.server_lr:g}"
+                     if a.server_momentum or a.server_lr != 1 else ""])
+    print(f"no attack, FedAvg: {base * 100:.2f}%{every}")
     for frac in a.fractions:
         f = int(round(frac * a.clients))
         print(f"\n{f} of {a.clients} clients attacking ({frac:.0%}); {a.rounds} rounds; cells: final test accuracy "
