@@ -334,7 +334,7 @@ grpc::Status Server::Impl::Submit(grpc::ServerContext*, const wire::Update* req,
 }
 
 // The checkpoint: DIR/round-R.onnx (the global model after round R) and, with server momentum,
-// DIR/velocity-R.npy; then DIR/server.json naming them with the round log so far; then the previous
+// DIR/round-R.velocity.npy; then DIR/server.json naming them with the round log so far; then the previous
 // round's files removed. A crash between the writes leaves server.json naming files that exist.
 void Server::Impl::checkpoint() {
   const int64_t r = history.empty() ? 0 : history.back().round;
@@ -380,7 +380,13 @@ void Server::Impl::resume() {
   } catch (const json::exception& e) {
     throw InputError(path + ": malformed round log (" + e.what() + ")");
   }
-  const std::vector<std::string> files = j.value("models", std::vector<std::string>{});
+  std::vector<std::string> files, vs;
+  try {
+    files = j.value("models", std::vector<std::string>{});
+    vs = j.value("velocities", std::vector<std::string>(files.size()));
+  } catch (const json::exception& e) {
+    throw InputError(path + ": malformed model list (" + e.what() + "); remove the folder to start over");
+  }
   PARE_CHECK(files.size() == models.size(), path, ": the checkpoint holds ", files.size(), " model(s), this run has ",
              models.size(), "; remove the folder to start over");
   for (size_t k = 0; k < files.size(); ++k) {
@@ -390,7 +396,6 @@ void Server::Impl::resume() {
                files[k], " is not the architecture of the model given; remove the folder to start over");
     models[k] = std::move(g);
   }
-  const std::vector<std::string> vs = j.value("velocities", std::vector<std::string>(files.size()));
   PARE_CHECK(vs.size() == models.size(), path, ": the checkpoint holds ", vs.size(), " velocities for ", models.size(),
              " model(s); remove the folder to start over");
   for (size_t k = 0; k < vs.size(); ++k) {

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "core/onnx_io.h"
+#include "core/tensor_io.h"
 #include "federated/server.h"
 #include "federated/wire.h"
 #include "federation.grpc.pb.h"
@@ -240,6 +241,15 @@ TEST(FederatedServer, ServerMomentumAccumulatesAndResumesFromTheCheckpoint) {
   const std::string state = pare::read_file(dir.file("server/server.json"));
   EXPECT_NE(state.find("round-3.velocity.npy"), std::string::npos) << state;
   EXPECT_FALSE(pare::file_exists(dir.file("server/round-2.velocity.npy")));
+  // A velocity that does not fit the model is refused at resume, by name.
+  pare::core::save_npy(at::zeros({3}), dir.file("server/round-3.velocity.npy"));
+  o.rounds = 4;
+  try {
+    fed::Server(initial, o, nullptr, nullptr).run();
+    ADD_FAILURE() << "a 3-value velocity was taken";
+  } catch (const pare::InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("round-3.velocity.npy is not a float32 vector"), std::string::npos) << e.what();
+  }
 
   o.server_momentum = 1;
   EXPECT_THROW(o.validate(), pare::InputError);
