@@ -221,7 +221,7 @@ Aggregate fltrust(const at::Tensor& U, const at::Tensor& g0) {
 Buckets bucket_rows(const at::Tensor& U, int64_t s, uint64_t seed) {
   at::Tensor X = checked_updates(U, "bucketing");
   PARE_CHECK_OPTION(s >= 1, "bucket", "(rows per bucket) must be >= 1, got ", s);
-  const int64_t n = X.size(0), buckets = (n + s - 1) / s;
+  const int64_t n = X.size(0), buckets = bucket_count(n, s);
   std::vector<int64_t> order = all_rows(n);
   std::mt19937_64 rng(seed);
   std::shuffle(order.begin(), order.end(), rng);

@@ -76,6 +76,10 @@ struct Buckets {
 /// the means, with f unchanged and n = ceil(n / s). Needs s >= 1 (s = 1: the rows, permuted).
 Buckets bucket_rows(const at::Tensor& U, int64_t s, uint64_t seed);
 
+/// How many rows the aggregator sees after bucketing n rows in buckets of s: ceil(n / s), or n
+/// when s <= 1 (no bucketing).
+inline int64_t bucket_count(int64_t n, int64_t s) { return s > 1 ? (n + s - 1) / s : n; }
+
 /// Norm clipping, a pre-step for any aggregator: scales each row with L2 norm above `max_norm`
 /// down to `max_norm` (in place). Returns the number of rows it clipped. Needs max_norm > 0.
 int64_t clip_norms(at::Tensor& U, double max_norm);

@@ -153,7 +153,7 @@ void ServerOptions::validate() const {
   // (a round with fewer answers than its rule needs is skipped and says why).
   // With bucketing the rule sees ceil(n / bucket) rows, f of which may be spoilt.
   const int64_t answers = per_round > 0 ? std::min(per_round, clients) : clients, f = agg.assume_byzantine;
-  const int64_t n = agg.bucket > 1 ? (answers + agg.bucket - 1) / agg.bucket : answers;
+  const int64_t n = bucket_count(answers, agg.bucket);
   const int64_t need = rule_of(agg.name).needs(f);
   PARE_CHECK_OPTION(n >= need, "assume_byzantine", "is too large for ", answers, " clients per round",
                     agg.bucket > 1 ? " in buckets of " + std::to_string(agg.bucket) + " (" + std::to_string(n) + " rows)" : "",
