@@ -58,6 +58,9 @@ struct ServerFlags {
     cmd->add_option("--distill-lr", s.distill_lr, "Adam's learning rate")->capture_default_str()->group(d);
     cmd->add_option("--distill-temperature", s.distill_temperature, "KD temperature")->capture_default_str()->group(d);
     cmd->add_option("--distill-batch", s.distill_batch, "Batch size")->capture_default_str()->group(d);
+    cmd->add_option("--distill-val", s.distill_val, "Share of the distillation set held out: each round every model "
+                    "keeps the epoch (0: the aggregate) agreeing best with the ensemble there (0: none, keep the last)")
+        ->capture_default_str()->group(d);
     cmd->add_option("--val-split", val_split, "Split of the validation data")->capture_default_str();
     cmd->add_option("--root-samples", root_samples, "FLTrust: samples of the root data set used")->capture_default_str();
     cmd->add_option("--per-round", s.per_round, "Clients sampled per round (0: every live client)")->capture_default_str();
@@ -339,7 +342,8 @@ struct Simulation {
                                  std::string("--distill-epochs"), std::to_string(s.distill_epochs), std::string("--distill-lr"),
                                  std::to_string(s.distill_lr), std::string("--distill-temperature"),
                                  std::to_string(s.distill_temperature), std::string("--distill-batch"),
-                                 std::to_string(s.distill_batch)})
+                                 std::to_string(s.distill_batch), std::string("--distill-val"),
+                                 std::to_string(s.distill_val)})
       a.push_back(x);
     if (s.mode == "feddf")
       for (const std::string& x : {std::string("--distill-data"), "npy:" + join_path(out, "data/server-distill.x.npy")})

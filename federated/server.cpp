@@ -149,6 +149,7 @@ void ServerOptions::validate() const {
   PARE_CHECK_OPTION(distill_batch >= 1, "distill_batch", "must be at least 1, got ", distill_batch);
   PARE_CHECK_OPTION(distill_lr > 0, "distill_lr", "must be > 0, got ", distill_lr);
   PARE_CHECK_OPTION(distill_temperature > 0, "distill_temperature", "must be > 0, got ", distill_temperature);
+  PARE_CHECK_OPTION(distill_val >= 0 && distill_val < 1, "distill_val", "must be in [0, 1), got ", distill_val);
   // A round has at most this many answers: too few for the aggregator's f is a mistake to say now
   // (a round with fewer answers than its rule needs is skipped and says why).
   // With bucketing the rule sees ceil(n / bucket) rows, f of which may be spoilt.
@@ -177,6 +178,7 @@ json round_json(const RoundStats& r) {
             {"selected", r.selected}, {"scores", r.scores},  {"clipped", r.clipped},   {"skipped", r.skipped},
             {"train_loss", r.train_loss}, {"seconds", r.seconds}};
   if (!r.model_accuracy.empty()) j["model_accuracy"] = r.model_accuracy;
+  if (!r.distill_kept.empty()) j["distill_kept_epoch"] = r.distill_kept;
   if (r.skipped) j["skip_reason"] = r.skip_reason;
   if (r.val_accuracy >= 0) {
     j["val_accuracy"] = r.val_accuracy;
@@ -201,6 +203,7 @@ RoundStats round_of(const json& j) {
   r.val_accuracy = j.value("val_accuracy", -1.0);
   r.val_loss = j.value("val_loss", -1.0);
   r.model_accuracy = j.value("model_accuracy", std::vector<double>{});
+  r.distill_kept = j.value("distill_kept_epoch", std::vector<int64_t>{});
   return r;
 }
 
@@ -245,7 +248,7 @@ struct Server::Impl final : wire::Federation::Service {
   RoundStats run_round(int64_t r);
   void finish_round(RoundStats& st, std::vector<Answer> got);
   void aggregate_into(RoundStats& st, const std::vector<Answer>& got, int64_t arch);
-  void distill_round(const std::vector<Answer>& got, const std::vector<core::Graph>& before, int64_t round);
+  void distill_round(RoundStats& st, const std::vector<Answer>& got, const std::vector<core::Graph>& before);
   std::string model_file(int64_t r, size_t k, const char* ext = ".onnx") const;
 };
 
@@ -513,8 +516,10 @@ void Server::Impl::aggregate_into(RoundStats& st, const std::vector<Answer>& got
 
 // FedDF: every model distilled from the ensemble of the round's client models (each client's
 // round model plus its update) on the unlabeled distillation set. The ensemble's own argmax stands
-// in for the labels the Trainer counts accuracy with; alpha 1 never trains on them.
-void Server::Impl::distill_round(const std::vector<Answer>& got, const std::vector<core::Graph>& before, int64_t round) {
+// in for the labels the Trainer counts accuracy with; alpha 1 never trains on them. With
+// distill_val, the last share of the set is held out and each model keeps the epoch (0 being the
+// aggregate itself) that agrees best with the ensemble there.
+void Server::Impl::distill_round(RoundStats& st, const std::vector<Answer>& got, const std::vector<core::Graph>& before) {
   std::vector<std::unique_ptr<distill::Teacher>> members;
   for (const Answer& a : got) {
     core::Graph g = before[a.arch];
@@ -530,6 +535,10 @@ void Server::Impl::distill_round(const std::vector<Answer>& got, const std::vect
   for (int64_t i = 0; i < set.size(); i += 512)
     labels.push_back(ensemble.logits(set.x.narrow(0, i, std::min<int64_t>(512, set.size() - i))).argmax(1));
   set.y = at::cat(labels);
+  const int64_t held = std::min<int64_t>(set.size() - 1, std::llround(o.distill_val * double(set.size())));
+  core::TensorDataset val{set.x.narrow(0, set.size() - held, held), set.y.narrow(0, set.size() - held, held),
+                          "the held-out distillation inputs"};
+  set = {set.x.narrow(0, 0, set.size() - held), set.y.narrow(0, 0, set.size() - held), set.name};
   for (size_t k = 0; k < models.size(); ++k) {
     core::Module student(models[k]);
     auto opts = distill::TrainerOptions()
@@ -537,11 +546,24 @@ void Server::Impl::distill_round(const std::vector<Answer>& got, const std::vect
                     .batch_size(o.distill_batch)
                     .lr(o.distill_lr)
                     .optimizer("adam")
-                    .seed(o.seed * 7 + uint64_t(round) * 131 + k)
+                    .seed(o.seed * 7 + uint64_t(st.round) * 131 + k)
                     .progress(false);
+    double best = -1;
+    int64_t kept = 0;
+    if (held > 0) best = distill::evaluate(student, val).accuracy;
+    core::Graph kept_graph = models[k];
     distill::distill(student, ensemble, distill::DistillLossOptions().temperature(o.distill_temperature).alpha(1.0),
-                     opts, set, nullptr);
-    models[k] = student.to_graph();
+                     opts, set, held > 0 ? &val : nullptr, [&](distill::Trainer& t) {
+                       t.on_epoch([&](const distill::EpochStats& es) {
+                         if (held > 0 && es.val_accuracy > best) {
+                           best = es.val_accuracy;
+                           kept = es.epoch;
+                           kept_graph = student.to_graph();
+                         }
+                       });
+                     });
+    models[k] = held > 0 ? std::move(kept_graph) : student.to_graph();
+    if (held > 0) st.distill_kept.push_back(kept);
   }
 }
 
@@ -557,7 +579,7 @@ void Server::Impl::finish_round(RoundStats& st, std::vector<Answer> got) {
     for (const Answer& a : got) st.train_loss += a.train_loss / double(n);
     const std::vector<core::Graph> before = models;
     for (size_t k = 0; k < models.size(); ++k) aggregate_into(st, got, int64_t(k));
-    if (o.mode == "feddf") distill_round(got, before, st.round);
+    if (o.mode == "feddf") distill_round(st, got, before);
   }
   for (size_t k = 0; data.val && k < models.size(); ++k) {
     core::Module m(models[k], core::Module::Use::kFrozen);

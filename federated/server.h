@@ -58,6 +58,10 @@ struct ServerOptions {
   std::string ensemble = "mean";  ///< feddf: how client logits combine: mean, median or trimmed-mean (agg.trim)
   int64_t distill_epochs = 1, distill_batch = 128;
   double distill_lr = 1e-3, distill_temperature = 1;
+  /// feddf: this share of the distillation set is held out and, each round, every model keeps the
+  /// epoch (0: the aggregate before distillation, then 1..distill_epochs) whose predictions agree
+  /// best with the ensemble's there; FedDF's early stopping. 0: no hold-out, the last epoch is kept.
+  double distill_val = 0;
   std::string address = "127.0.0.1:0";  ///< host:port to listen on (port 0: any free port)
   std::string port_file;                ///< written (atomically) with the port once listening
   TlsOptions tls;                       ///< certificate and key (and the clients' CA for mutual TLS); none: plaintext
@@ -90,6 +94,7 @@ struct RoundStats {
   int64_t clipped = 0;
   bool skipped = false;
   std::vector<double> model_accuracy;  ///< feddf: every model's val accuracy (val_accuracy: model 0's)
+  std::vector<int64_t> distill_kept;   ///< feddf with distill_val: the epoch each model kept
   std::string skip_reason;
   double val_accuracy = -1, val_loss = -1, seconds = 0, train_loss = 0;
 };

@@ -258,6 +258,46 @@ TEST(FederatedServer, ServerMomentumAccumulatesAndResumesFromTheCheckpoint) {
   EXPECT_THROW(o.validate(), pare::InputError);
 }
 
+// FedDF's early stopping (--distill-val). Two clients send +0.05 and -0.05 everywhere, so the
+// aggregate is the initial model exactly, while the ensemble of the two client models is another
+// function. A distillation learning rate of 10 wrecks the student in its first Adam step, so no
+// epoch agrees with the ensemble on the held-out inputs as well as the aggregate: each round keeps
+// epoch 0 and the model stays the aggregate. Without the hold-out the wrecked model is kept.
+TEST(FederatedServer, FeddfKeepsTheEpochThatAgreesBestWithTheEnsembleOnHeldOutInputs) {
+  at::manual_seed(0);
+  const pare::core::Graph initial = pare::core::load_model("mlp:784-16-10", 1);
+  const pare::core::TensorDataset inputs{at::randn({200, 1, 28, 28}), {}, "distill"};
+  for (double held : {0.25, 0.0}) {
+    pare::testing::TempDir dir;
+    fed::ServerOptions o = fed_options(dir, 2, 2);
+    o.mode = "feddf";
+    o.distill_epochs = 2;
+    o.distill_lr = 10;
+    o.distill_val = held;
+    fed::ServerData data;
+    data.distill = &inputs;
+    std::thread server([&] { fed::Server({initial}, o, data).run(); });
+    const int port = fed_wait_for_port(dir.file("port"));
+    FakeClient a(port, "a"), b(port, "b");
+    b.poll();  // both have joined before the first round
+    for (wire::Task ta = a.wait_for_train(), tb = b.wait_for_train(); ta.kind() == wire::Task::TRAIN;
+         ta = a.wait_for_train(), tb = b.wait_for_train()) {
+      EXPECT_TRUE(a.submit(fed_zero_update(ta, "a", 0.05f)).accepted());
+      EXPECT_TRUE(b.submit(fed_zero_update(tb, "b", -0.05f)).accepted());
+    }
+    server.join();
+    const pare::core::Graph out = pare::core::load_onnx(dir.file("server/model.onnx"));
+    bool same = true;
+    for (const auto& [name, t0] : initial.initializers) same = same && at::equal(out.initializers.at(name), t0);
+    EXPECT_EQ(same, held > 0) << "held-out share " << held;
+    const std::string log = pare::read_file(dir.file("server/rounds.jsonl"));
+    EXPECT_EQ(log.find("\"distill_kept_epoch\":[0]") != std::string::npos, held > 0) << log;
+  }
+  fed::ServerOptions bad;
+  bad.distill_val = 1;
+  EXPECT_THROW(bad.validate(), pare::InputError);
+}
+
 // Bucketing before the rule (Karimireddy et al. 2022). Six clients, five honest sending 1 and one
 // sending 1e6, in buckets of 2: one of the three bucket means is (1e6 + 1) / 2, the two others 1,
 // so their median is exactly 1 whatever the grouping. The round log's view is in clients: a rule
