@@ -11,6 +11,7 @@
 #include <mutex>
 #include <random>
 #include <set>
+#include <sstream>
 
 #include "core/error.h"
 #include "core/file_util.h"
@@ -601,6 +602,20 @@ Server::Server(std::vector<core::Graph> models, ServerOptions opts, ServerData d
   PARE_CHECK_OPTION(s.o.mode == "feddf" || s.models.size() == 1, "model",
                     "is given ", s.models.size(), " times: fedavg trains one model (several architectures: mode feddf)");
   PARE_CHECK_OPTION(s.o.mode != "feddf" || data.distill, "distill_data", "is needed by mode feddf (unlabeled inputs)");
+  // Every model takes every data set the server holds: a set of the wrong shape is said now, not
+  // after the first round's training.
+  for (const core::TensorDataset* ds : {data.val, data.root, data.distill})
+    for (size_t k = 0; ds && ds->size() > 0 && k < s.models.size(); ++k) {
+      core::Module m(s.models[k], core::Module::Use::kFrozen);
+      try {
+        m.forward({ds->x.narrow(0, 0, 1)});
+      } catch (const InputError& e) {
+        std::ostringstream shape;
+        shape << ds->x.sizes();
+        throw InputError(ds->name + " (inputs " + shape.str() + ") does not fit model " + std::to_string(k) + ": " +
+                         e.what());
+      }
+    }
 }
 
 Server::Server(core::Graph initial, ServerOptions opts, const core::TensorDataset* val, const core::TensorDataset* root)

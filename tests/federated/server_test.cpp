@@ -298,6 +298,22 @@ TEST(FederatedServer, FeddfKeepsTheEpochThatAgreesBestWithTheEnsembleOnHeldOutIn
   EXPECT_THROW(bad.validate(), pare::InputError);
 }
 
+TEST(FederatedServer, RefusesADataSetThatDoesNotFitAModelAtStart) {
+  pare::testing::TempDir dir;
+  const pare::core::TensorDataset flat{at::zeros({4, 784}), {}, "npy:flat.x.npy"};
+  fed::ServerData data;
+  data.distill = &flat;
+  fed::ServerOptions o = fed_options(dir, 1, 1);
+  o.mode = "feddf";
+  try {
+    fed::Server({pare::core::load_model("mlp:784-8-2", 1)}, o, data);
+    ADD_FAILURE() << "a [4, 784] set was taken for a [N, 1, 28, 28] model";
+  } catch (const pare::InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("npy:flat.x.npy (inputs [4, 784]) does not fit model 0: "), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(pare::file_exists(dir.file("server")));
+}
+
 // Bucketing before the rule (Karimireddy et al. 2022). Six clients, five honest sending 1 and one
 // sending 1e6, in buckets of 2: one of the three bucket means is (1e6 + 1) / 2, the two others 1,
 // so their median is exactly 1 whatever the grouping. The round log's view is in clients: a rule
