@@ -156,11 +156,13 @@ def table(a, work):
 def feddf(a, work):
     print(f"{a.clients} clients, {a.partition}, {a.rounds} rounds of 1 local epoch, SGD lr {a.lr}; FedDF: client k "
           f"runs architecture k mod {len(a.feddf)}, {a.distill_samples} held-out unlabeled inputs, ensemble {a.ensemble}, "
-          f"{a.distill_epochs} distillation epochs at temperature {a.distill_temperature:g}")
+          f"{a.distill_epochs} distillation epochs at temperature {a.distill_temperature:g}"
+          + (f", best epoch on {a.distill_val:.0%} held out" if a.distill_val else ""))
     accs, secs, err = simulate(a, f"{work}/feddf", models=a.feddf,
                                extra=["--mode", "feddf", "--distill-samples", str(a.distill_samples),
                                       "--ensemble", a.ensemble, "--distill-epochs", str(a.distill_epochs),
-                                      "--distill-temperature", str(a.distill_temperature)])
+                                      "--distill-temperature", str(a.distill_temperature),
+                                      "--distill-val", str(a.distill_val)])
     if accs is None:
         sys.exit(f"feddf failed: {err}")
     print("| architecture | FedDF (mixed clients) | FedAvg (all clients this architecture) |\n|---|---|---|")
@@ -198,6 +200,8 @@ def main():
     p.add_argument("--ensemble", default="mean")
     p.add_argument("--distill-epochs", type=int, default=1)
     p.add_argument("--distill-temperature", type=float, default=1)
+    p.add_argument("--distill-val", type=float, default=0,
+                   help="share of the distillation set held out to pick each round's best epoch (0: none)")
     a = p.parse_args()
     with tempfile.TemporaryDirectory() as work:
         (feddf if a.feddf else table if a.table else no_attack)(a, work)
