@@ -11,7 +11,6 @@
 #include <mutex>
 #include <random>
 #include <set>
-#include <sstream>
 
 #include "core/error.h"
 #include "core/file_util.h"
@@ -549,22 +548,23 @@ void Server::Impl::distill_round(RoundStats& st, const std::vector<Answer>& got,
                     .optimizer("adam")
                     .seed(o.seed * 7 + uint64_t(st.round) * 131 + k)
                     .progress(false);
-    double best = -1;
+    // With a hold-out, each model keeps the epoch agreeing best with the ensemble there; epoch 0 is
+    // the aggregate, models[k] as it stands.
+    double best = held > 0 ? distill::evaluate(student, val).accuracy : 0;
     int64_t kept = 0;
-    if (held > 0) best = distill::evaluate(student, val).accuracy;
-    core::Graph kept_graph = models[k];
     distill::distill(student, ensemble, distill::DistillLossOptions().temperature(o.distill_temperature).alpha(1.0),
                      opts, set, held > 0 ? &val : nullptr, [&](distill::Trainer& t) {
                        t.on_epoch([&](const distill::EpochStats& es) {
-                         if (held > 0 && es.val_accuracy > best) {
-                           best = es.val_accuracy;
-                           kept = es.epoch;
-                           kept_graph = student.to_graph();
-                         }
+                         if (held == 0 || es.val_accuracy <= best) return;
+                         best = es.val_accuracy;
+                         kept = es.epoch;
+                         models[k] = student.to_graph();
                        });
                      });
-    models[k] = held > 0 ? std::move(kept_graph) : student.to_graph();
-    if (held > 0) st.distill_kept.push_back(kept);
+    if (held == 0)
+      models[k] = student.to_graph();
+    else
+      st.distill_kept.push_back(kept);
   }
 }
 
@@ -604,18 +604,17 @@ Server::Server(std::vector<core::Graph> models, ServerOptions opts, ServerData d
   PARE_CHECK_OPTION(s.o.mode != "feddf" || data.distill, "distill_data", "is needed by mode feddf (unlabeled inputs)");
   // Every model takes every data set the server holds: a set of the wrong shape is said now, not
   // after the first round's training.
-  for (const core::TensorDataset* ds : {data.val, data.root, data.distill})
-    for (size_t k = 0; ds && ds->size() > 0 && k < s.models.size(); ++k) {
-      core::Module m(s.models[k], core::Module::Use::kFrozen);
+  for (size_t k = 0; k < s.models.size(); ++k) {
+    core::Module m(s.models[k], core::Module::Use::kFrozen);
+    for (const core::TensorDataset* ds : {data.val, data.root, data.distill}) {
+      if (!ds || ds->size() == 0) continue;
       try {
         m.forward({ds->x.narrow(0, 0, 1)});
       } catch (const InputError& e) {
-        std::ostringstream shape;
-        shape << ds->x.sizes();
-        throw InputError(ds->name + " (inputs " + shape.str() + ") does not fit model " + std::to_string(k) + ": " +
-                         e.what());
+        throw InputError(detail::concat(ds->name, " (inputs ", ds->x.sizes(), ") does not fit model ", k, ": ", e.what()));
       }
     }
+  }
 }
 
 Server::Server(core::Graph initial, ServerOptions opts, const core::TensorDataset* val, const core::TensorDataset* root)
