@@ -13,6 +13,9 @@ temporaries_of() { local n=0 p f; for p in "$@"; do for f in "$p".tmp.*; do [ -e
 # seconds MS: "1.234"
 seconds() { printf '%d.%03d' $(( $1 / 1000 )) $(( $1 % 1000 )); }
 
+# running PID: the child PID has not ended (kill -0 alone would also accept an unreaped zombie).
+running() { local st; st=$(ps -o stat= -p "$1" 2>/dev/null) && [[ $st != Z* ]]; }
+
 # no_orphans WHAT: no process still names the test's folder in its command line.
 no_orphans() {
   for _ in $(seq 1 40); do pgrep -f "$work" >/dev/null || return 0; sleep 0.05; done
@@ -23,7 +26,10 @@ no_orphans() {
 # kill_campaign NAME EVERY CMD...: CMD (a pare command without --out, --checkpoint) runs once to
 # the end; then as a chain of runs with a checkpoint every EVERY steps and --resume, each killed
 # with SIGKILL at a random moment of the first 3/4 of the reference run's duration, until `kills` kills have landed
-# before a run's end. A run that ends before its kill, and the last run (not killed), must write
+# before a run's end. Half of the runs that start a chain (no checkpoint yet) are killed instead at
+# a random moment of the first quarter of that duration after their first checkpoint appears: on a
+# loaded machine the start-up (libtorch, the teacher) can take most of the reference's time, and
+# kills before any checkpoint test only the start. A run that ends before its kill, and the last run (not killed), must write
 # the reference's model byte for byte: every resume of the chain, from every checkpoint, is checked
 # by that. After each kill, what is at the model's path is the finished model or nothing, and
 # what is at the checkpoint's path loads (the next run would refuse a damaged one, exit 2).
@@ -41,11 +47,15 @@ kill_campaign() {
     local delay=$(( 100 + (RANDOM * 32768 + RANDOM) % (dur * 3 / 4 - 100) )) rc=0
     runs=$((runs + 1))
     "$@" --checkpoint "$ck" --checkpoint-every "$every" --resume --out "$out" >"$log" 2>&1 &
-    local pid=$!
+    local pid=$! mark=""
+    if [ ! -f "$ck" ] && (( RANDOM % 2 )); then
+      while [ ! -f "$ck" ] && running "$pid"; do sleep 0.01; done
+      delay=$(( (RANDOM * 32768 + RANDOM) % (dur / 4) )) mark="ck+"
+    fi
     sleep "$(seconds $delay)"
     kill -9 "$pid" 2>/dev/null || true
     wait "$pid" 2>/dev/null || rc=$?
-    no_orphans "$name run $runs, killed at $delay ms"
+    no_orphans "$name run $runs, killed at $mark$delay ms"
     if [ "$rc" = 0 ]; then  # it ended before the kill: a whole chain of resumes, checked
       cmp -s "$ref" "$out" && ended=$((ended + 1)) || fail "$name: a resumed chain ended with another model"
       rm -f "$out" "$ck"
@@ -54,7 +64,7 @@ kill_campaign() {
     if [ "$rc" != 137 ]; then fail "$name run $runs: exit $rc before the kill:"$'\n'"$(cat "$log")"; return; fi
     [ -f "$out" ] && ! cmp -s "$ref" "$out" && fail "$name run $runs: a model that is not the finished one is visible"
     landed=$((landed + 1))
-    delays+=("$delay")
+    delays+=("$mark$delay")
     [ -f "$ck" ] && after_ck=$((after_ck + 1))
   done
   local r0; r0=$(now_ms)
@@ -66,7 +76,7 @@ kill_campaign() {
   # writes the model, and the checkpoint unless it resumed at its end).
   [ "$(temporaries_of "$out")" = 0 ] || fail "$name: the last run left the killed runs' temporary models: $(ls "$out".tmp.*)"
   echo "$name: $temporaries temporary file(s) left by the kills before the last run, $(temporaries_of "$ck" "$out") after it"
-  echo "$name: $kills SIGKILLs landed, at ${delays[*]} ms, in $runs runs; $after_ck left a checkpoint to resume" \
+  echo "$name: $kills SIGKILLs landed, at ${delays[*]} ms (ck+: after the chain's first checkpoint), in $runs runs; $after_ck left a checkpoint to resume" \
        "from; $ended chain(s) of resumes ended, each with the uninterrupted model byte for byte; the last resume took" \
        "$(seconds $last) s"
   (( after_ck * 3 >= kills )) || fail "$name: only $after_ck of $kills kills came after a checkpoint: the campaign tested little"
