@@ -12,6 +12,8 @@
 
 #include "core/onnx_io.h"
 #include "core/tensor_io.h"
+#include "distill/teacher.h"
+#include "distill/trainer.h"
 #include "federated/server.h"
 #include "federated/wire.h"
 #include "federation.grpc.pb.h"
@@ -263,17 +265,38 @@ TEST(FederatedServer, ServerMomentumAccumulatesAndResumesFromTheCheckpoint) {
 // function. A distillation learning rate of 10 wrecks the student in its first Adam step, so no
 // epoch agrees with the ensemble on the held-out inputs as well as the aggregate: each round keeps
 // epoch 0 and the model stays the aggregate. Without the hold-out the wrecked model is kept.
+// Two clients send +0.05 and -0.05 on every parameter: the FedAvg aggregate is the initial model
+// and the ensemble of the two client models is another function, so the distillation has
+// something to learn. At lr 10 it diverges and the hold-out keeps epoch 0, the aggregate exactly;
+// without a hold-out the diverged model is stored; at lr 1e-2 an epoch past 0 agrees better on the
+// held-out inputs than the aggregate, and the stored model is that epoch's.
 TEST(FederatedServer, FeddfKeepsTheEpochThatAgreesBestWithTheEnsembleOnHeldOutInputs) {
   at::manual_seed(0);
   const pare::core::Graph initial = pare::core::load_model("mlp:784-16-10", 1);
   const pare::core::TensorDataset inputs{at::randn({200, 1, 28, 28}), {}, "distill"};
-  for (double held : {0.25, 0.0}) {
+  // The ensemble's labels on the held-out quarter (the last 50 inputs) and a model's agreement with them.
+  std::vector<std::unique_ptr<pare::distill::Teacher>> members;
+  for (float d : {0.05f, -0.05f}) {
+    pare::core::Graph g = initial;
+    for (const std::string& name : fed::state_layout(initial).names) g.initializers[name] = g.initializers[name] + d;
+    members.push_back(std::make_unique<pare::distill::GraphTeacher>(std::move(g), "client"));
+  }
+  pare::distill::EnsembleTeacher ensemble(std::move(members), {});
+  const at::Tensor held_x = inputs.x.narrow(0, 150, 50);
+  const pare::core::TensorDataset held_out{held_x, ensemble.logits(held_x).argmax(1), "held out"};
+  auto agreement = [&](const pare::core::Graph& g) {
+    pare::core::Module m(g);
+    return pare::distill::evaluate(m, held_out).accuracy;
+  };
+  struct Case { double held, lr; bool kept_aggregate; };
+  for (const Case c : {Case{0.25, 10, true}, Case{0.0, 10, false}, Case{0.25, 1e-2, false}}) {
+    SCOPED_TRACE("held-out share " + std::to_string(c.held) + ", lr " + std::to_string(c.lr));
     pare::testing::TempDir dir;
-    fed::ServerOptions o = fed_options(dir, 2, 2);
+    fed::ServerOptions o = fed_options(dir, 1, 2);
     o.mode = "feddf";
-    o.distill_epochs = 2;
-    o.distill_lr = 10;
-    o.distill_val = held;
+    o.distill_epochs = 3;
+    o.distill_lr = c.lr;
+    o.distill_val = c.held;
     fed::ServerData data;
     data.distill = &inputs;
     std::thread server([&] { fed::Server({initial}, o, data).run(); });
@@ -289,9 +312,16 @@ TEST(FederatedServer, FeddfKeepsTheEpochThatAgreesBestWithTheEnsembleOnHeldOutIn
     const pare::core::Graph out = pare::core::load_onnx(dir.file("server/model.onnx"));
     bool same = true;
     for (const auto& [name, t0] : initial.initializers) same = same && at::equal(out.initializers.at(name), t0);
-    EXPECT_EQ(same, held > 0) << "held-out share " << held;
+    EXPECT_EQ(same, c.kept_aggregate);
     const std::string log = pare::read_file(dir.file("server/rounds.jsonl"));
-    EXPECT_EQ(log.find("\"distill_kept_epoch\":[0]") != std::string::npos, held > 0) << log;
+    EXPECT_EQ(log.find("\"distill_kept_epoch\":[0]") != std::string::npos, c.kept_aggregate) << log;
+    if (c.held > 0 && !c.kept_aggregate) {
+      const std::string key = "\"distill_kept_epoch\":[";
+      const size_t at = log.find(key);
+      ASSERT_NE(at, std::string::npos) << log;
+      EXPECT_GT(std::stoi(log.substr(at + key.size())), 0) << log;
+      EXPECT_GT(agreement(out), agreement(initial));
+    }
   }
   fed::ServerOptions bad;
   bad.distill_val = 1;
