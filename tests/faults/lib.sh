@@ -25,11 +25,12 @@ no_orphans() {
 
 # kill_campaign NAME EVERY CMD...: CMD (a pare command without --out, --checkpoint) runs once to
 # the end; then as a chain of runs with a checkpoint every EVERY steps and --resume, each killed
-# with SIGKILL at a random moment of the first 3/4 of the reference run's duration, until `kills` kills have landed
-# before a run's end. Half of the runs that start a chain (no checkpoint yet) are killed instead at
-# a random moment of the first quarter of that duration after their first checkpoint appears: on a
-# loaded machine the start-up (libtorch, the teacher) can take most of the reference's time, and
-# kills before any checkpoint test only the start. A run that ends before its kill, and the last run (not killed), must write
+# with SIGKILL at a random moment of the first 3/4 of the reference run's duration, until `kills`
+# kills have landed before a run's end. Half of the runs that start a chain (no checkpoint yet)
+# are killed instead at a random moment of the first quarter of that duration after their first
+# checkpoint appears: on a loaded machine the start-up (libtorch, the teacher) can take most of
+# the reference's time, and kills before any checkpoint test only the start. A run that ends
+# before its kill, and the last run (not killed), must write
 # the reference's model byte for byte: every resume of the chain, from every checkpoint, is checked
 # by that. After each kill, what is at the model's path is the finished model or nothing, and
 # what is at the checkpoint's path loads (the next run would refuse a damaged one, exit 2).

@@ -263,13 +263,10 @@ TEST(FederatedServer, ServerMomentumAccumulatesAndResumesFromTheCheckpoint) {
 // FedDF's early stopping (--distill-val). Two clients send +0.05 and -0.05 everywhere, so the
 // aggregate is the initial model exactly, while the ensemble of the two client models is another
 // function. A distillation learning rate of 10 wrecks the student in its first Adam step, so no
-// epoch agrees with the ensemble on the held-out inputs as well as the aggregate: each round keeps
-// epoch 0 and the model stays the aggregate. Without the hold-out the wrecked model is kept.
-// Two clients send +0.05 and -0.05 on every parameter: the FedAvg aggregate is the initial model
-// and the ensemble of the two client models is another function, so the distillation has
-// something to learn. At lr 10 it diverges and the hold-out keeps epoch 0, the aggregate exactly;
-// without a hold-out the diverged model is stored; at lr 1e-2 an epoch past 0 agrees better on the
-// held-out inputs than the aggregate, and the stored model is that epoch's.
+// epoch agrees with the ensemble on the held-out inputs as well as the aggregate: the round keeps
+// epoch 0 and the model stays the aggregate. Without the hold-out the wrecked model is kept. At
+// lr 1e-2 an epoch past 0 agrees better: the round keeps it, and the stored model is not the
+// aggregate and agrees with the ensemble on the held-out inputs better than the aggregate does.
 TEST(FederatedServer, FeddfKeepsTheEpochThatAgreesBestWithTheEnsembleOnHeldOutInputs) {
   at::manual_seed(0);
   const pare::core::Graph initial = pare::core::load_model("mlp:784-16-10", 1);
