@@ -51,6 +51,8 @@ def simulate(a, out, aggregator="fedavg", byzantine=0, attack="none", models=Non
             cmd += ["--trim", str(min(0.45, max(0.2, byzantine / rows)))]
     if a.bucket > 1 and aggregator != "fedavg":
         cmd += ["--bucket", str(a.bucket)]
+    if a.nnm and aggregator != "fedavg":
+        cmd += ["--nnm"]
     if a.local_kd_alpha:
         cmd += ["--local-kd-alpha", str(a.local_kd_alpha)]
     if a.server_momentum or a.server_lr != 1:
@@ -148,7 +150,9 @@ def table(a, work):
                 if agg == "bulyan" and a.clients < 4 * f + 3:
                     cells.append(f"n/a (n < 4f+3)")
                     continue
-                acc, secs, err = simulate(a, f"{work}/{agg}-{att}-{f}", agg, f, att)
+                # "none": no attacker, the rule still set for f of them (its own cost on this split).
+                extra = ["--assume-byzantine", str(f)] if att == "none" else []
+                acc, secs, err = simulate(a, f"{work}/{agg}-{att}-{f}", agg, 0 if att == "none" else f, att, extra=extra)
                 cells.append(f"{acc * 100:.1f} ({(acc - base) * 100:+.1f})" if acc is not None else f"failed: {err}")
             print(f"| {agg} | " + " | ".join(cells) + " |", flush=True)
 
@@ -188,9 +192,11 @@ def main():
     p.add_argument("--table", action="store_true")
     p.add_argument("--fractions", type=float, nargs="+", default=[0.2, 0.4])
     p.add_argument("--aggregators", nargs="+", default=AGGS)
-    p.add_argument("--attacks", nargs="+", default=ATTACKS)
+    p.add_argument("--attacks", nargs="+", default=ATTACKS, help="of " + ", ".join(ATTACKS) +
+                   "; none: no attacker, the rule still assuming the fraction's f")
     p.add_argument("--root-samples", type=int, default=1000, help="FLTrust's root set")
     p.add_argument("--bucket", type=int, default=0, help="bucketing before every robust rule (groups of this many)")
+    p.add_argument("--nnm", action="store_true", help="nearest-neighbour mixing before every robust rule")
     p.add_argument("--local-kd-alpha", type=float, default=0,
                    help="every run's clients also distil from the round's global model, with this weight")
     p.add_argument("--server-momentum", type=float, default=0, help="FedAvgM on every run (0: none)")

@@ -74,7 +74,7 @@ struct ServerFlags {
     for (const std::string& n : federated::aggregator_names()) rules += (rules.empty() ? "" : ", ") + n;
     cmd->add_option("--aggregator", s.agg.name, "One of " + rules)
         ->capture_default_str()->group(g);
-    cmd->add_option("--assume-byzantine", s.agg.assume_byzantine, "f that krum, multi-krum and bulyan assume per round")
+    cmd->add_option("--assume-byzantine", s.agg.assume_byzantine, "f that krum, multi-krum, bulyan and --nnm assume per round")
         ->capture_default_str()->group(g);
     cmd->add_option("--trim", s.agg.trim, "Trimmed mean: fraction cut at each end")->capture_default_str()->group(g);
     cmd->add_option("--multi-krum-m", s.agg.multi_krum_m, "Multi-Krum: updates averaged (0: n - f)")->group(g);
@@ -82,6 +82,10 @@ struct ServerFlags {
         ->group(g);
     cmd->add_option("--bucket", s.agg.bucket, "Then average random groups of this many updates and aggregate the "
                     "group means (Karimireddy et al. 2022; f stays, n becomes ceil(n / bucket); 0: no bucketing)")
+        ->group(g);
+    cmd->add_flag("--nnm", s.agg.nnm, "Or: replace each update by the mean of its n - f nearest updates, f = "
+                  "--assume-byzantine (nearest-neighbour mixing, Allouah et al. 2023), then aggregate; for median, "
+                  "trimmed-mean, krum, multi-krum, bulyan (it costs fltrust accuracy)")
         ->group(g);
     cmd->add_option("--server-momentum", s.server_momentum, "Server momentum (FedAvgM): v = this * v + aggregate; "
                     "the model moves by server-lr * v (0: the aggregate alone)")->capture_default_str()->group(g);
@@ -348,6 +352,7 @@ struct Simulation {
     if (s.mode == "feddf")
       for (const std::string& x : {std::string("--distill-data"), "npy:" + join_path(out, "data/server-distill.x.npy")})
         a.push_back(x);
+    if (s.agg.nnm) a.push_back("--nnm");
     if (s.agg.name == "fltrust")
       for (const std::string& x : {std::string("--root-data"), data, std::string("--root-samples"), std::to_string(flags.root_samples)})
         a.push_back(x);

@@ -1,6 +1,6 @@
 // Aggregates a round's client updates U [n, d] into one update [d]: the weighted mean, and the
 // robust rules (coordinate median, trimmed mean, Krum, Multi-Krum, Bulyan, FLTrust), and the
-// pre-steps (bucketing, norm clipping). Distances, scores and means are computed in float64; the
+// pre-steps (bucketing, nearest-neighbour mixing, norm clipping). Distances, scores and means are computed in float64; the
 // update comes back float32.
 #include "federated/aggregate.h"
 
@@ -47,11 +47,14 @@ void check_byzantine(int64_t n, int64_t f, int64_t per_f, int64_t plus, const ch
                     plus, " clients: got n = ", n, " for f = ", f);
 }
 
-// Squared L2 distances between all rows [n, n], in float64, from the Gram matrix. Built over
-// column chunks so that only n x kChunk values are converted at a time; its rounding error is
-// about 1e-16 |x|^2, far below the float32 rounding of the updates themselves.
+// Computations over all rows in float64 go over column chunks of this many, so that only
+// n x kChunk values are converted at a time.
+constexpr int64_t kChunk = int64_t{1} << 16;
+
+// Squared L2 distances between all rows [n, n], in float64, from the Gram matrix (over column
+// chunks); its rounding error is about 1e-16 |x|^2, far below the float32 rounding of the updates
+// themselves.
 at::Tensor pairwise_sq_dists(const at::Tensor& X) {
-  constexpr int64_t kChunk = int64_t{1} << 16;
   const int64_t n = X.size(0), d = X.size(1);
   at::Tensor G = at::zeros({n, n}, at::kDouble);
   for (int64_t c = 0; c < d; c += kChunk) {
@@ -234,6 +237,32 @@ Buckets bucket_rows(const at::Tensor& U, int64_t s, uint64_t seed) {
     b.members.push_back(std::move(rows));
   }
   return b;
+}
+
+at::Tensor mix_nearest(const at::Tensor& U, int64_t f) {
+  at::Tensor X = checked_updates(U, "nearest-neighbour mixing");
+  const int64_t n = X.size(0), k = n - f;
+  check_byzantine(n, f, 2, 1, "nearest-neighbour mixing");
+  at::Tensor D = pairwise_sq_dists(X);
+  auto dist = D.accessor<double, 2>();
+  // W [n, n]: row i puts 1/k on the k rows nearest to row i (itself first: its distance is 0).
+  at::Tensor W = at::zeros({n, n}, at::kDouble);
+  auto w = W.accessor<double, 2>();
+  for (int64_t i = 0; i < n; ++i) {
+    std::vector<int64_t> order = all_rows(n);
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+      if ((a == i) != (b == i)) return a == i;
+      return dist[i][a] < dist[i][b];
+    });
+    for (int64_t j = 0; j < k; ++j) w[i][order[j]] = 1.0 / double(k);
+  }
+  const int64_t d = X.size(1);
+  at::Tensor mixed = at::empty({n, d}, at::kFloat);
+  for (int64_t c = 0; c < d; c += kChunk) {
+    const int64_t len = std::min(kChunk, d - c);
+    mixed.narrow(1, c, len).copy_(W.mm(X.narrow(1, c, len).to(at::kDouble)));
+  }
+  return mixed;
 }
 
 int64_t clip_norms(at::Tensor& U, double max_norm) {

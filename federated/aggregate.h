@@ -7,6 +7,7 @@
 //   at::Tensor U = at::stack(rows);                // n client updates
 //   clip_norms(U, 5.0);                            // optional pre-steps for any aggregator
 //   U = bucket_rows(U, /*s=*/2, seed).means;       // (the server maps buckets back to clients)
+//   U = mix_nearest(U, /*f=*/2);                   // or: each row becomes its neighbourhood's mean
 //   Aggregate a = multi_krum(U, /*f=*/2, /*m=*/6);
 //   global += a.update;
 #pragma once
@@ -79,6 +80,15 @@ Buckets bucket_rows(const at::Tensor& U, int64_t s, uint64_t seed);
 /// How many rows the aggregator sees after bucketing n rows in buckets of s: ceil(n / s), or n
 /// when s <= 1 (no bucketing).
 inline int64_t bucket_count(int64_t n, int64_t s) { return s > 1 ? (n + s - 1) / s : n; }
+
+/// Nearest-neighbour mixing, NNM (Allouah et al. 2023, "Fixing by Mixing"), a pre-step for any
+/// robust aggregator on non-IID clients: row i becomes the mean of the n - f rows nearest to it in
+/// L2 (itself included; ties: the lower index). An honest row's n - f nearest rows are mostly
+/// honest ones, so after mixing the honest rows lie much closer to the honest mean, and the f
+/// Byzantine rows are pulled towards it as well; the rule then runs on the n mixed rows with the
+/// same f (with NNM, median, trimmed mean and Krum reach the optimal error under heterogeneity).
+/// Rows stay in client order. Needs n >= 2f + 1; f = 0 gives every row the plain mean.
+at::Tensor mix_nearest(const at::Tensor& U, int64_t f);
 
 /// Norm clipping, a pre-step for any aggregator: scales each row with L2 norm above `max_norm`
 /// down to `max_norm` (in place). Returns the number of rows it clipped. Needs max_norm > 0.

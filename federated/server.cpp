@@ -96,6 +96,8 @@ void AggregatorOptions::validate() const {
   PARE_CHECK_OPTION(multi_krum_m >= 0, "multi_krum_m", "must be >= 0, got ", multi_krum_m);
   PARE_CHECK_OPTION(clip_norm >= 0, "clip_norm", "must be >= 0, got ", clip_norm);
   PARE_CHECK_OPTION(bucket >= 0, "bucket", "must be >= 0 (0, 1: no bucketing), got ", bucket);
+  PARE_CHECK_OPTION(!nnm || bucket <= 1, "nnm", "(nearest-neighbour mixing) and bucketing are two ways to do the same: "
+                    "use one, got bucket ", bucket);
 }
 
 Aggregate aggregate(const AggregatorOptions& o, at::Tensor U, const std::vector<double>& weights, const at::Tensor& g0,
@@ -103,6 +105,7 @@ Aggregate aggregate(const AggregatorOptions& o, at::Tensor U, const std::vector<
   const Rule& rule = rule_of(o.name);
   const int64_t n_clipped = o.clip_norm > 0 ? clip_norms(U, o.clip_norm) : 0;
   if (clipped) *clipped = n_clipped;
+  if (o.nnm) return rule.run(o, mix_nearest(U, o.assume_byzantine), weights, g0);
   if (o.bucket <= 1) return rule.run(o, U, weights, g0);
   const Buckets b = bucket_rows(U, o.bucket, seed);
   std::vector<double> bucket_weights;
@@ -155,10 +158,10 @@ void ServerOptions::validate() const {
   // With bucketing the rule sees ceil(n / bucket) rows, f of which may be spoilt.
   const int64_t answers = per_round > 0 ? std::min(per_round, clients) : clients, f = agg.assume_byzantine;
   const int64_t n = bucket_count(answers, agg.bucket);
-  const int64_t need = rule_of(agg.name).needs(f);
+  const int64_t need = std::max(rule_of(agg.name).needs(f), agg.nnm ? 2 * f + 1 : 1);
   PARE_CHECK_OPTION(n >= need, "assume_byzantine", "is too large for ", answers, " clients per round",
                     agg.bucket > 1 ? " in buckets of " + std::to_string(agg.bucket) + " (" + std::to_string(n) + " rows)" : "",
-                    ": ", agg.name, " needs n >= ", need, " for f = ", f);
+                    ": ", agg.name, agg.nnm ? " with nearest-neighbour mixing" : "", " needs n >= ", need, " for f = ", f);
 }
 
 namespace {

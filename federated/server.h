@@ -36,13 +36,15 @@ struct AggregatorOptions {
   int64_t multi_krum_m = 0;     ///< Multi-Krum: rows averaged (0: n - f)
   double clip_norm = 0;         ///< norm clipping before any aggregator (0: none)
   int64_t bucket = 0;           ///< bucketing after clipping: the rule runs on the means of random groups of this many (0, 1: none)
+  bool nnm = false;             ///< nearest-neighbour mixing after clipping (mix_nearest with f = assume_byzantine; not with bucket)
   /// Throws InputError naming the option for an unknown name or a value out of range.
   void validate() const;
 };
 
 /// Aggregates the round's updates U [n, d] (rows in client order; `weights`: their sample counts;
 /// `g0`: FLTrust's server update, undefined for the others). Clips first when clip_norm > 0 and
-/// stores the number of clipped rows in `clipped`; then, when bucket > 1, runs the rule on
+/// stores the number of clipped rows in `clipped`; with nnm, runs the rule on
+/// mix_nearest(U, assume_byzantine) (rows stay clients); else, when bucket > 1, runs the rule on
 /// bucket_rows(U, bucket, seed) (a bucket's weight: the sum of its rows'), and reports in rows:
 /// `selected` holds every row of a selected bucket, and `scores` (when the rule has them) gives
 /// each row its bucket's score.

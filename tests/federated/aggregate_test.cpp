@@ -274,6 +274,30 @@ TEST(Aggregate, BucketRowsPartitionsTheRowsAndAveragesEachBucket) {
   pare::testing::expect_option_error([&] { fed::bucket_rows(U, 0, 0); }, "bucket", {"must be >= 1", "got 0"});
 }
 
+// Nearest-neighbour mixing, rows {0}, {1}, {2}, {10}, f = 1: each row becomes the mean of its
+// n - f = 3 nearest rows, itself included. Squared distances from 0: 1, 4, 100; from 1: 1, 1, 81;
+// from 2: 4, 1, 64; from 10: 100, 81, 64. So
+//   0 -> {0, 1, 2} = 1;  1 -> {1, 0, 2} = 1;  2 -> {2, 1, 0} = 1;  10 -> {10, 2, 1} = 13/3,
+// and the median of the mixed rows is 1 where the median of the rows is (1 + 2) / 2 = 1.5.
+// Ties go to the lower index: with k = 2, row {1} is as near to {0} as to {2} and takes {0}.
+TEST(Aggregate, MixNearestAveragesEachRowsNearestNeighbours) {
+  const at::Tensor U = agg_rows({{0}, {1}, {2}, {10}});
+  const at::Tensor M = fed::mix_nearest(U, 1);
+  ASSERT_EQ(M.sizes(), U.sizes());
+  agg_expect_near(M.reshape({-1}), {1.0, 1.0, 1.0, 13.0 / 3.0});
+  agg_expect_near(fed::coordinate_median(M).update, {1.0});
+  agg_expect_near(fed::coordinate_median(U).update, {1.5});
+  agg_expect_near(fed::mix_nearest(agg_rows({{0}, {1}, {2}}), 1).reshape({-1}), {0.5, 0.5, 1.5});
+  // In 2-D the neighbours are chosen by the whole row's L2 distance, not per coordinate:
+  // (0,0) (0,3) (4,0) (4,3), f = 1, k = 3: (0,0)'s farthest is (4,3) (25), so it becomes
+  // ((0,0) + (0,3) + (4,0)) / 3 = (4/3, 1).
+  agg_expect_near(fed::mix_nearest(agg_rows({{0, 0}, {0, 3}, {4, 0}, {4, 3}}), 1)[0], {4.0 / 3.0, 1.0});
+  // f = 0: every row is the plain mean.
+  agg_expect_near(fed::mix_nearest(U, 0).reshape({-1}), {3.25, 3.25, 3.25, 3.25});
+  pare::testing::expect_option_error([&] { fed::mix_nearest(U, 2); }, "assume_byzantine",
+                                     {"nearest-neighbour mixing needs n >= 2f + 1 clients: got n = 4 for f = 2"});
+}
+
 TEST(Aggregate, RefusesTooFewClientsForF) {
   at::Tensor U4 = agg_rows({{0, 0}, {1, 0}, {0, 1}, {1, 1}});
   // Krum with f = 1 needs n >= 2*1 + 3 = 5.

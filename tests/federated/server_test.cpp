@@ -394,6 +394,43 @@ TEST(FederatedAggregate, BucketingRunsTheRuleOnGroupMeansAndReportsInClients) {
   EXPECT_NO_THROW(s.validate());
 }
 
+// Nearest-neighbour mixing before the rule: with f = assume_byzantine = 1, four clients sending
+// 0, 1, 2 and 10 are mixed into 1, 1, 1, 13/3 (see MixNearestAveragesEachRowsNearestNeighbours),
+// whose median is 1 (1.5 unmixed). Rows stay clients; NNM with bucketing is refused, and the
+// start-up check asks n >= 2f + 1 even of a rule that needs fewer.
+TEST(FederatedAggregate, NearestNeighbourMixingRunsTheRuleOnMixedRows) {
+  const at::Tensor U = at::tensor({0.f, 1.f, 2.f, 10.f}).reshape({4, 1});
+  const std::vector<double> w(4, 1.0);
+  fed::AggregatorOptions o;
+  o.name = "median";
+  o.assume_byzantine = 1;
+  EXPECT_FLOAT_EQ(fed::aggregate(o, U.clone(), w, {}).update.item<float>(), 1.5f);
+  o.nnm = true;
+  const fed::Aggregate a = fed::aggregate(o, U.clone(), w, {});
+  EXPECT_FLOAT_EQ(a.update.item<float>(), 1.f);
+  EXPECT_EQ(a.selected, (std::vector<int64_t>{0, 1, 2, 3}));
+  // Clipping comes first: clipped to norm 3, the rows are 0, 1, 2, 3 and mix into 1, 1, 2, 2.
+  o.clip_norm = 3;
+  o.name = "fedavg";
+  int64_t clipped = 0;
+  EXPECT_FLOAT_EQ(fed::aggregate(o, U.clone(), w, {}, &clipped).update.item<float>(), 1.5f);
+  EXPECT_EQ(clipped, 1);
+  o.bucket = 2;
+  pare::testing::expect_option_error([&] { o.validate(); }, "nnm", {"use one", "got bucket 2"});
+
+  fed::ServerOptions s;
+  s.dir = "unused";
+  s.clients = 8;
+  s.agg.name = "median";
+  s.agg.assume_byzantine = 4;
+  EXPECT_NO_THROW(s.validate());
+  s.agg.nnm = true;
+  pare::testing::expect_option_error([&] { s.validate(); }, "assume_byzantine",
+                                     {"median with nearest-neighbour mixing needs n >= 9 for f = 4"});
+  s.agg.assume_byzantine = 3;
+  EXPECT_NO_THROW(s.validate());
+}
+
 // The server's table of rules: every name reaches its own function with the options it needs, and
 // the fewest clients each rule accepts for f are checked when the options are.
 TEST(FederatedAggregate, EachNameRunsItsRuleWithItsOptions) {
