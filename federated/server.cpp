@@ -126,6 +126,19 @@ Aggregate aggregate(const AggregatorOptions& o, at::Tensor U, const std::vector<
   return out;
 }
 
+std::string describe(const AggregatorOptions& o) {
+  std::vector<std::string> parts;
+  if (o.name == "krum" || o.name == "multi-krum" || o.name == "bulyan" || o.nnm)
+    parts.push_back("f = " + std::to_string(o.assume_byzantine));
+  if (o.name == "trimmed-mean") parts.push_back(detail::concat("trim ", o.trim));
+  if (o.clip_norm > 0) parts.push_back(detail::concat("clip norm ", o.clip_norm));
+  if (o.nnm) parts.push_back("nearest-neighbour mixing");
+  if (o.bucket > 1) parts.push_back("buckets of " + std::to_string(o.bucket));
+  std::string s = o.name;
+  for (size_t i = 0; i < parts.size(); ++i) s += (i ? ", " : " (") + parts[i];
+  return parts.empty() ? s : s + ")";
+}
+
 void ServerOptions::validate() const {
   agg.validate();
   tls.validate(true);
@@ -639,7 +652,7 @@ std::vector<RoundStats> Server::run() {
   if (!server || port == 0) throw InputError("pare federate server: cannot listen on '" + s.o.address + "'");
   const char* security = !s.o.tls.enabled() ? "plaintext" : s.o.tls.ca.empty() ? "TLS" : "mutual TLS";
   s.log("listening on port %d (%s); %lld rounds, aggregator %s\n", port, security, (long long)s.o.rounds,
-        s.o.agg.name.c_str());
+        describe(s.o.agg).c_str());
   if (!s.o.port_file.empty()) write_file_atomic(s.o.port_file, std::to_string(port) + "\n");
   if (s.history.empty()) s.checkpoint();  // round 0: the initial model
   if (int64_t(s.history.size()) < s.o.rounds) s.wait_for_clients();

@@ -51,6 +51,9 @@ struct AggregatorOptions {
 Aggregate aggregate(const AggregatorOptions& o, at::Tensor U, const std::vector<double>& weights,
                     const at::Tensor& g0, int64_t* clipped = nullptr, uint64_t seed = 0);
 
+/// The options in words, for logs: "median (f = 4, nearest-neighbour mixing)".
+std::string describe(const AggregatorOptions& o);
+
 struct ServerOptions {
   /// "fedavg": one model, every client trains it. "feddf" (Lin et al. 2020): one model per
   /// architecture (clients say which they train); each round the updates of each architecture are

@@ -31,6 +31,11 @@ expect_exit 0 "final val acc" -- "$PARE" federate simulate -m mlp:784-16-10 -d "
 expect_exit 2 "--local-kd-alpha must be in \[0, 1\]" -- "$PARE" federate simulate -m mlp:784-16-10 -d "$data" \
   --clients 3 --local-kd-alpha 2 --out "$work/bad8"
 
+# Nearest-neighbour mixing reaches the server process: its start line names the pre-step and f.
+expect_exit 0 "aggregator median \(f = 1, nearest-neighbour mixing\)" -- "$PARE" federate simulate -m mlp:784-16-10 \
+  -d "$data" --clients 4 --rounds 1 --partition iid --aggregator median --byzantine 1 --attack sign-flip --nnm \
+  --out "$work/nnm"
+
 # FedDF: clients of two architectures (client k trains model k mod 2); both models distilled each
 # round from the ensemble of the client models on 100 held-out inputs.
 out=$("$PARE" federate simulate --mode feddf -m mlp:784-16-10 -m mlp:784-32-16-10 -d "$data" --clients 4 --rounds 2 \
@@ -56,7 +61,10 @@ expect_exit 2 "dirichlet:0" -- "${sim[@]}" --partition dirichlet:0 --out "$work/
 expect_exit 2 "--attack is needed with --byzantine" -- "${sim[@]}" --byzantine 1 --out "$work/bad4"
 expect_exit 2 "attack" -- "${sim[@]}" --byzantine 1 --attack nonsense --out "$work/bad5"
 expect_exit 2 "--trim must be in \[0, 0.5\)" -- "${sim[@]}" --aggregator trimmed-mean --trim 0.5 --out "$work/bad6"
-for d in bad1 bad2 bad3 bad4 bad5 bad6 bad7 bad8; do [ -e "$work/$d" ] && fail "$d: a refused simulation left $work/$d"; done
+expect_exit 2 "--assume-byzantine is too large for 4 clients per round: fedavg with nearest-neighbour mixing needs n >= 5 for f = 2" -- \
+  "${sim[@]}" --nnm --assume-byzantine 2 --out "$work/bad9"
+expect_exit 2 "--nnm \(nearest-neighbour mixing\) and bucketing are two ways" -- "${sim[@]}" --nnm --bucket 2 --out "$work/bad10"
+for d in bad1 bad2 bad3 bad4 bad5 bad6 bad7 bad8 bad9 bad10; do [ -e "$work/$d" ] && fail "$d: a refused simulation left $work/$d"; done
 expect_exit 2 "--model is given 2 times: fedavg trains one model" -- "$PARE" federate server -m mlp:784-16-10 \
   -m lenet5 --dir "$work/srv"
 expect_exit 2 "--distill-data is needed by mode feddf" -- "$PARE" federate server --mode feddf -m mlp:784-16-10 \

@@ -405,7 +405,9 @@ TEST(FederatedAggregate, NearestNeighbourMixingRunsTheRuleOnMixedRows) {
   o.name = "median";
   o.assume_byzantine = 1;
   EXPECT_FLOAT_EQ(fed::aggregate(o, U.clone(), w, {}).update.item<float>(), 1.5f);
+  EXPECT_EQ(fed::describe(o), "median");
   o.nnm = true;
+  EXPECT_EQ(fed::describe(o), "median (f = 1, nearest-neighbour mixing)");
   const fed::Aggregate a = fed::aggregate(o, U.clone(), w, {});
   EXPECT_FLOAT_EQ(a.update.item<float>(), 1.f);
   EXPECT_EQ(a.selected, (std::vector<int64_t>{0, 1, 2, 3}));
@@ -415,8 +417,12 @@ TEST(FederatedAggregate, NearestNeighbourMixingRunsTheRuleOnMixedRows) {
   int64_t clipped = 0;
   EXPECT_FLOAT_EQ(fed::aggregate(o, U.clone(), w, {}, &clipped).update.item<float>(), 1.5f);
   EXPECT_EQ(clipped, 1);
+  EXPECT_EQ(fed::describe(o), "fedavg (f = 1, clip norm 3, nearest-neighbour mixing)");
   o.bucket = 2;
   pare::testing::expect_option_error([&] { o.validate(); }, "nnm", {"use one", "got bucket 2"});
+  o.nnm = false;
+  o.name = "trimmed-mean";
+  EXPECT_EQ(fed::describe(o), "trimmed-mean (trim 0.2, clip norm 3, buckets of 2)");
 
   fed::ServerOptions s;
   s.dir = "unused";
