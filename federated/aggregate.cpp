@@ -1,7 +1,7 @@
 // Aggregates a round's client updates U [n, d] into one update [d]: the weighted mean, and the
 // robust rules (coordinate median, trimmed mean, Krum, Multi-Krum, Bulyan, FLTrust), and the
-// pre-steps (bucketing, nearest-neighbour mixing, norm clipping). Distances, scores and means are computed in float64; the
-// update comes back float32.
+// pre-steps (bucketing, nearest-neighbour mixing, norm clipping). Distances, scores and means are
+// computed in float64; the update comes back float32.
 #include "federated/aggregate.h"
 
 #include <algorithm>
