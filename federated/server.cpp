@@ -128,7 +128,8 @@ Aggregate aggregate(const AggregatorOptions& o, at::Tensor U, const std::vector<
 
 std::string describe(const AggregatorOptions& o) {
   std::vector<std::string> parts;
-  if (o.name == "krum" || o.name == "multi-krum" || o.name == "bulyan" || o.nnm)
+  // A rule uses f when the rows it needs depend on it (Krum, Multi-Krum, Bulyan).
+  if (rule_of(o.name).needs != needs_one || o.nnm)
     parts.push_back("f = " + std::to_string(o.assume_byzantine));
   if (o.name == "trimmed-mean") parts.push_back(detail::concat("trim ", o.trim));
   if (o.clip_norm > 0) parts.push_back(detail::concat("clip norm ", o.clip_norm));

@@ -30,10 +30,10 @@ no_orphans() {
 # are killed instead at a random moment of the first quarter of that duration after their first
 # checkpoint appears: on a loaded machine the start-up (libtorch, the teacher) can take most of
 # the reference's time, and kills before any checkpoint test only the start. A run that ends
-# before its kill, and the last run (not killed), must write
-# the reference's model byte for byte: every resume of the chain, from every checkpoint, is checked
-# by that. After each kill, what is at the model's path is the finished model or nothing, and
-# what is at the checkpoint's path loads (the next run would refuse a damaged one, exit 2).
+# before its kill, and the last run (not killed), must write the reference's model byte for byte:
+# every resume of the chain, from every checkpoint, is checked by that. After each kill, what is
+# at the model's path is the finished model or nothing, and what is at the checkpoint's path loads
+# (the next run would refuse a damaged one, exit 2).
 kill_campaign() {
   local name=$1 every=$2; shift 2
   local ref="$work/$name.ref.onnx" ck="$work/$name.ckpt" out="$work/$name.onnx" log="$work/$name.log" t0
