@@ -532,6 +532,7 @@ void mark_inplace(Graph& g) {
 // when both weights of a pair are large: weights within 7 bits never saturate.
 void note_saturation(const Graph& g, LoweringReport& rep) {
   using isa = dnnl::cpu_isa;
+  load_dnnl();
   const isa cpu = dnnl::get_effective_cpu_isa();
   if (cpu == isa::avx2_vnni || cpu == isa::avx512_core_vnni || cpu == isa::avx512_core_bf16 || cpu == isa::avx512_core_amx)
     return;

@@ -375,5 +375,8 @@ void run_plan(Plan& p, const std::vector<TensorView>& inputs, dnnl::stream& s, b
 
 /// One global CPU engine.
 const dnnl::engine& cpu_engine();
+/// Opens oneDNN (dnnl_loader.cpp says how and why) on the first call; every path into oneDNN starts
+/// here or at cpu_engine(). Throws Error naming the library when it cannot be loaded.
+void load_dnnl();
 
 }  // namespace pare::rt

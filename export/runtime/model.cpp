@@ -191,6 +191,7 @@ const std::vector<TensorView>& Model::run(const std::vector<TensorView>& inputs)
 }
 
 std::string backend_version() {
+  load_dnnl();
   const dnnl_version_t* v = dnnl_version();
   std::ostringstream os;
   os << "oneDNN " << v->major << "." << v->minor << "." << v->patch;

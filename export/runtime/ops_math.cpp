@@ -176,7 +176,7 @@ const Binary kBinary[] = {
     {"Less", Kind::kCompare, std::nullopt},   {"Greater", Kind::kCompare, std::nullopt},
     {"LessOrEqual", Kind::kCompare, std::nullopt}, {"GreaterOrEqual", Kind::kCompare, std::nullopt},
     {"And", Kind::kLogic, std::nullopt},      {"Or", Kind::kLogic, std::nullopt},
-    {"Xor", Kind::kLogic, std::nullopt},
+    {"Xor", Kind::kLogic, std::nullopt},      {"Mod", Kind::kArith, std::nullopt},
 };
 
 const Binary* binary_of(const std::string& op) {
@@ -195,6 +195,9 @@ void infer_binary(InferCtx& c) {
     shapes.push_back(in.dims);
   }
   if (bi.kind == Kind::kLogic) c.check(c.in[0].dtype == DType::kBool && c.in[1].dtype == DType::kBool, "needs bool inputs");
+  if (c.node.op == "Mod")
+    c.check(c.in[0].dtype != DType::kFloat32 || c.attrs().i("fmod", 0) == 1,
+            "a float32 Mod needs fmod = 1 (ONNX: C's fmod; the integer remainder of fmod = 0 has no float form)");
   set_out(c, 0, bi.kind == Kind::kArith ? c.in[0].dtype : DType::kBool, ops::broadcast_dims(c, shapes));
 }
 
@@ -213,6 +216,20 @@ T arith(const std::string& op, T a, T b) {
       }
       return static_cast<T>(a / b);
     default: return static_cast<T>(std::pow(static_cast<double>(a), static_cast<double>(b)));
+  }
+}
+
+// ONNX Mod: with fmod, C's remainder (the dividend's sign); without, the divisor's sign, as Python's %.
+template <class T>
+T mod(T a, T b, bool fmod) {
+  if constexpr (std::is_integral_v<T>) {
+    if (b == 0) return 0;  // refused before the loop (ref_binary)
+    const T r = static_cast<T>(a % b);
+    if (fmod || r == 0) return r;
+    return (r < 0) != (b < 0) ? static_cast<T>(r + b) : r;
+  } else {
+    (void)fmod;  // a float Mod has fmod = 1 (infer_binary)
+    return std::fmod(a, b);
   }
 }
 
@@ -241,10 +258,10 @@ void ref_binary(RefCtx& c) {
     // Integer division by zero is bad input, refused here: an exception must not leave the
     // OpenMP region of the loop below (that terminates the process).
     if constexpr (std::is_integral_v<T>) {
-      if (op == "Div" && c.in[1].dtype == c.in[0].dtype) {
+      if ((op == "Div" || op == "Mod") && c.in[1].dtype == c.in[0].dtype) {
         const T* d = c.in[1].ptr<T>();
         for (int64_t k = 0; k < c.in[1].numel(); ++k)
-          PARE_CHECK(d[k] != 0, c.node.label(), ": integer division by zero (divisor element ", k, " of ",
+          PARE_CHECK(d[k] != 0, c.node.label(), ": integer ", op == "Mod" ? "remainder" : "division", " by zero (divisor element ", k, " of ",
                      dims_str(c.in[1].dims), ")");
       }
     }
@@ -259,6 +276,11 @@ void ref_binary(RefCtx& c) {
         return;
       }
       const T* b = c.in[1].ptr<T>();
+      if (op == "Mod") {
+        const bool fmod = c.attrs().i("fmod", 0) != 0;
+        ops::broadcast_loop<2>(out, st, [&](int64_t o, const int64_t* off) { y[o] = mod<T>(a[off[0]], b[off[1]], fmod); });
+        return;
+      }
       ops::broadcast_loop<2>(out, st, [&](int64_t o, const int64_t* off) { y[o] = arith<T>(op, a[off[0]], b[off[1]]); });
     } else if (bi.kind == Kind::kCompare) {
       const T* b = c.in[1].ptr<T>();

@@ -13,7 +13,10 @@
 namespace pare::rt {
 
 const dnnl::engine& cpu_engine() {
-  static const dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  static const dnnl::engine eng = [] {
+    load_dnnl();
+    return dnnl::engine(dnnl::engine::kind::cpu, 0);
+  }();
   return eng;
 }
 

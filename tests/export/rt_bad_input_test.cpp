@@ -247,5 +247,27 @@ TEST(RtBadInput, OutOfRangeIndicesAndIntegerDivisionByZeroNameTheNode) {
   EXPECT_EQ(static_cast<const int64_t*>(ys.at(1).data)[1], 3);
 }
 
+// Mod: an integer remainder by zero is refused while running, naming the node; a float Mod
+// without fmod = 1 (which ONNX does not define) is refused at load.
+TEST(RtBadInput, ModByZeroAndAFloatModWithoutFmodAreRefused) {
+  Builder b;
+  b.input({3}, ints(1, 3), at::kLong, "d");
+  b.node("Mod", {b.constant(at::tensor({6, -7, 8}, at::kLong), "n"), "d"}, {"r"});
+  b.g.nodes.back().name = "remainder";
+  b.output("r", at::kLong, {3});
+  rt::Model m = load_rt(b.g, "mod.onnx");
+  std::vector<int64_t> d = {4, 0, 3};
+  expect_input_error([&] { m.run({rt::TensorView::of(d.data(), {3})}); }, {"'remainder'", "remainder by zero"});
+  d = {4, 3, 3};
+  EXPECT_EQ(static_cast<const int64_t*>(m.run({rt::TensorView::of(d.data(), {3})}).at(0).data)[1], 2);  // -7 mod 3
+
+  Builder f;
+  f.input({3}, normal(), at::kFloat, "x");
+  f.node("Mod", {"x", f.constant(at::tensor({2.f}), "two")}, {"r"});
+  f.g.nodes.back().name = "float_mod";
+  f.output("r", at::kFloat, {3});
+  expect_input_error([&] { load_rt(f.g, "float_mod.onnx"); }, {"float_mod", "fmod = 1"});
+}
+
 }  // namespace
 }  // namespace pare::rt_testing

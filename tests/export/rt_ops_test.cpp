@@ -285,6 +285,14 @@ void add_math_cases(std::vector<OpCase>& v) {
     v.push_back(shaped(one(o + "_Int64", op, {x({2, 3}, ints(1, 50), at::kLong), x({3}, ints(1, 7), at::kLong)}, {}, 0),
                        {{"y0", at::kLong, {2, 3}, true}}));
   }
+  // Mod: the divisor's sign (fmod 0, integers only) or the dividend's (fmod 1), both signs mixed.
+  v.push_back(shaped(one("Mod_Int64DivisorSign", "Mod", {x({2, 3}, ints(-50, 50), at::kLong), x({3}, ints(-7, -1), at::kLong)},
+                         {}, 0),
+                     {{"y0", at::kLong, {2, 3}, true}}));
+  v.push_back(shaped(one("Mod_Int64Fmod", "Mod", {x({2, 3}, ints(-50, 50), at::kLong), x({2, 1}, ints(1, 7), at::kLong)},
+                         {{"fmod", int64_t{1}}}, 0),
+                     {{"y0", at::kLong, {2, 3}, true}}));
+  v.push_back(one("Mod_FloatFmod", "Mod", {x({2, 3, 4}, normal(5)), x({4}, uniform(0.5, 3))}, {{"fmod", int64_t{1}}}, 1e-6));
   v.push_back(one("Pow_FloatExponent", "Pow", {x({2, 3}, uniform(0.1, 3)), x({3}, uniform(-2, 2))}, {}, 1e-5));
   v.push_back(one("Pow_ConstantSquare", "Pow", {x({2, 3, 4}), c(f32s(2.f))}, {}, 1e-6));
   v.push_back(one("Pow_Int64Exponent", "Pow", {x({2, 3}, uniform(0.5, 2)), c(i64s(3))}, {}, 1e-5));
@@ -769,7 +777,6 @@ const Unsupported kUnsupported[] = {
     {"Cos", "not implemented in pare_rt yet"},
     {"GatherElements", "not implemented in pare_rt yet"},
     {"Mean", "not implemented in pare_rt yet"},
-    {"Mod", "not implemented in pare_rt yet"},
     {"ReduceL1", "not implemented in pare_rt yet"},
     {"ReduceL2", "not implemented in pare_rt yet"},
     {"ReduceLogSumExp", "not implemented in pare_rt yet"},
