@@ -45,7 +45,10 @@ std::vector<int64_t> parse_layers(const std::string& spec) {
 }
 
 // The values a set of nodes reads from outside itself (initializers excluded) and the values it
-// produces that something outside it reads (or that are graph outputs).
+// produces that something outside it reads (or that are graph outputs). A Constant node's value
+// counts as neither: exporters store an equal constant once (PyTorch 2.x's TorchScript exporter
+// names it after the first layer that uses it and feeds every later layer from there), so it is
+// data of the graph, like an initializer, whichever layer's name it carries.
 struct Boundary {
   std::vector<std::string> in, out;
 };
@@ -65,6 +68,7 @@ Boundary boundary(const core::Graph& g, const std::vector<int>& block) {
   for (auto& o : g.outputs) graph_outputs.insert(o.name);
   for (int i : block)
     for (auto& o : g.nodes[i].outputs) {
+      if (g.nodes[i].op_type == "Constant") continue;
       bool outside = graph_outputs.count(o) > 0;
       for (int c : g.consumers(o)) outside = outside || !members.count(c);
       if (outside) b.out.push_back(o);
@@ -143,6 +147,14 @@ core::Graph derive_student(const core::Graph& teacher, const std::string& spec,
       for (auto& in : g.nodes[c].inputs)
         if (in == b.out[0]) in = same[0];
     dropped_nodes.insert(block.begin(), block.end());
+  }
+  // A dropped layer's Constant nodes stay when a kept node reads them (Boundary says why).
+  for (auto it = dropped_nodes.begin(); it != dropped_nodes.end();) {
+    bool read = false;
+    if (g.nodes[*it].op_type == "Constant")
+      for (auto& o : g.nodes[*it].outputs)
+        for (int c : g.consumers(o)) read = read || !dropped_nodes.count(c);
+    it = read ? dropped_nodes.erase(it) : std::next(it);
   }
 
   std::vector<core::Node> kept;

@@ -66,6 +66,33 @@ TEST(DeriveStudent, KeepingLayersEqualsTheShallowModelWithTheTeachersWeights) {
   }
 }
 
+// PyTorch's exporter stores an equal constant once, as a Constant node named after the first layer
+// that uses it, and later layers read it from there: such a node is data, not a value leaving its
+// layer, and stays when its layer is dropped (torch 2.x exports of nn.TransformerEncoder do this).
+TEST(DeriveStudent, ALaterLayerReadingAConstantOfADroppedLayerKeepsIt) {
+  core::Graph teacher = core::build_zoo_model(kTeacher, 1);
+  const core::Graph plain = distill::derive_student(teacher, "from-teacher:layers=1,3");
+  // Move one weight of layer 3 into a Constant node named after layer 0.
+  std::string moved;
+  for (auto& n : teacher.nodes)
+    if (moved.empty() && n.name.rfind("layer3.", 0) == 0)
+      for (auto& in : n.inputs)
+        if (moved.empty() && teacher.is_initializer(in)) moved = in;
+  ASSERT_FALSE(moved.empty());
+  const at::Tensor value = teacher.initializers.at(moved);
+  teacher.initializers.erase(moved);
+  core::Node c;
+  c.op_type = "Constant";
+  c.name = "layer0.shared_constant";
+  c.outputs = {moved};
+  c.attrs["value"] = value;
+  teacher.nodes.insert(teacher.nodes.begin(), c);
+  ASSERT_EQ(distill::find_layer_blocks(teacher).nodes.at(0).front(), 0);  // counted in layer 0
+  const core::Graph student = distill::derive_student(teacher, "from-teacher:layers=1,3");
+  const at::Tensor x = tokens(4);
+  EXPECT_TRUE(at::equal(run(student, x), run(plain, x)));
+}
+
 TEST(DeriveStudent, KeepingEveryLayerIsTheTeacher) {
   core::Graph teacher = core::build_zoo_model(kTeacher, 3);
   core::Graph student = distill::derive_student(teacher, "from-teacher:layers=0,1,2,3");
