@@ -11,8 +11,8 @@ STAMP := .deps-stamp
 
 all: build
 
-# Re-run the installer when it changed or a package went missing (it is quick when all is present).
-$(STAMP): scripts/install-deps
+# Re-run the installer when it or the Python pins changed (it is quick when all is present).
+$(STAMP): scripts/install-deps scripts/python-requirements.txt
 	scripts/install-deps
 	@touch $@
 
@@ -29,8 +29,9 @@ build: $(STAMP) $(BUILD)/build.ninja
 demo: build
 	scripts/demo $(BUILD)
 
+# A peer test whose peer is missing fails here (PARE_REQUIRE_PEERS=1, tests/peers.sh) instead of skipping.
 test: build
-	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 1500
+	cd $(BUILD) && PARE_REQUIRE_PEERS=1 ctest --output-on-failure -j $(JOBS) --timeout 1500
 
 # libFuzzer targets (tests/fuzz, clang-16, ASan + UBSan) for FUZZ_SECONDS each (default 60).
 fuzz: $(STAMP)

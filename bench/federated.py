@@ -2,7 +2,7 @@
 
 No attack (the default): pare's FedAvg over N client processes and gRPC, against
   * the same model trained centrally by `pare train` for rounds x local epochs epochs, and
-  * the peer: FedAvg written in PyTorch (/usr/bin/python3), on exactly the client data pare's
+  * the peer: FedAvg written in PyTorch (the .venv's), on exactly the client data pare's
     simulation wrote (DIR/data/client-K.{x,y}.npy), with the same local SGD, in one process.
 --table: final accuracy for every aggregator x attack at each Byzantine fraction (pare only:
 no peer here ships these aggregators in C++ or in Debian's Python).

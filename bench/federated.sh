@@ -1,3 +1,3 @@
 #!/usr/bin/env bash
 # pare federate simulate beside central training and a PyTorch FedAvg: see federated.py.
-exec /usr/bin/python3 "$(dirname "$0")/federated.py" "$@"
+exec "$(dirname "$0")/python" "$(dirname "$0")/federated.py" "$@"

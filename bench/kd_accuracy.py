@@ -1,7 +1,7 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Does distillation help? Student trained alone vs distilled from a teacher, in pare and in PyTorch.
 
-    /usr/bin/python3 bench/kd_accuracy.py [--pare PATH] [--teacher FILE.onnx]
+    bench/python bench/kd_accuracy.py [--pare PATH] [--teacher FILE.onnx]
         [--students mlp:784-300-100-10,lenet5] [--epochs 30] [--augment none|flip|flip,shift=2]
         [--temperature 2] [--alpha 0.5] [--lr 1e-3] [--batch 128] [--seed 1] [--threads 2]
         [--skip-torch] [--pare-cache] [--json FILE]

@@ -1,7 +1,7 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Data-parallel KD throughput: 2 processes vs 1, pare vs PyTorch DDP, on this machine.
 
-    /usr/bin/python3 bench/kd_ddp.py [--pare PATH] [--batch 128] [--steps 200] [--warmup 20]
+    bench/python bench/kd_ddp.py [--pare PATH] [--batch 128] [--steps 200] [--warmup 20]
         [--nproc 2] [--teacher FILE.onnx] [--student mlp:784-300-100-10] [--teacher-parallel tp,pp]
         [--json FILE]
 

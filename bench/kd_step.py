@@ -1,7 +1,7 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """KD step throughput: pare distill vs the same loop in PyTorch, on Fashion-MNIST.
 
-    /usr/bin/python3 bench/kd_step.py [--pare PATH] [--batches 32,128] [--steps 200] [--warmup 20]
+    bench/python bench/kd_step.py [--pare PATH] [--batches 32,128] [--steps 200] [--warmup 20]
         [--student-steps 3*STEPS] [--threads 2] [--repeats 1] [--teacher FILE.onnx]
         [--student mlp:784-300-100-10] [--teacher-split test] [--teacher-engines torch,rt,rt-int8]
         [--precision fp32|bf16] [--json FILE]
@@ -17,7 +17,7 @@ T) * T^2 + (1 - alpha) * cross-entropy (T = 4, alpha = 0.9: pare's defaults), ba
     teacher file on pare_rt, `--teacher-engine rt`) and `rt-int8` (the teacher quantized by `pare
     quantize TEACHER --calib fashion-mnist`, on pare_rt's int8 kernels: not the same numbers, so
     its row measures speed only).
-  - PyTorch (/usr/bin/python3, torch.set_num_threads(T)): the teacher and student written in
+  - PyTorch (the .venv's, torch.set_num_threads(T)): the teacher and student written in
     torch.nn (bench_util.torch_model), the teacher's weights read from the same ONNX file with
     onnx.numpy_helper, the same loop with the same per-step work as pare's Trainer (loss.item(),
     train-accuracy count), batches gathered from the in-memory dataset by a seeded permutation;

@@ -1,7 +1,7 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Post-training static int8 accuracy on Fashion-MNIST: pare quantize vs PyTorch's torch.ao PTQ.
 
-    /usr/bin/python3 bench/ptq_accuracy.py MODEL.onnx [MODEL.onnx ...] [--pare PATH]
+    bench/python bench/ptq_accuracy.py MODEL.onnx [MODEL.onnx ...] [--pare PATH]
         [--calib-samples 512] [--seed 0] [--methods minmax,entropy] [--per-tensor] [--threads 2]
         [--json FILE]
 

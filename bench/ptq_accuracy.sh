@@ -3,10 +3,4 @@
 # weights and calibration images. Arguments go to ptq_accuracy.py (MODEL.onnx ..., --methods,
 # --calib-samples, --per-tensor, --threads, --json).
 #   PARE=build/cli/pare bench/ptq_accuracy.sh /tmp/q/cnn.onnx /tmp/q/mlp.onnx
-set -euo pipefail
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-if ! /usr/bin/python3 -c 'import torch, numpy, onnx' 2>/dev/null; then
-  echo "ptq_accuracy: /usr/bin/python3 needs torch, numpy and onnx (apt-get install python3-torch python3-onnx)" >&2
-  exit 1
-fi
-exec /usr/bin/python3 "$here/ptq_accuracy.py" "$@"
+exec "$(dirname "$0")/python" "$(dirname "$0")/ptq_accuracy.py" "$@"

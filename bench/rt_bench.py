@@ -1,8 +1,8 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Inference latency: pare_rt int8 and fp32 against ONNX Runtime int8 and fp32 and pare's libtorch
 interpreter, on the same ONNX files, in one run.
 
-    /usr/bin/python3 bench/rt_bench.py [--pare PATH] [--models cnn,mlp,resnet18] [--batches 1,64]
+    .venv/bin/python bench/rt_bench.py [--pare PATH] [--models cnn,mlp,resnet18] [--batches 1,64]
         [--threads 1,2] [--seconds 2] [--repeats 1] [--model NAME=FP32.onnx,INT8.onnx ...] [--json FILE]
 
 For each model it makes (or takes, with --model) an fp32 ONNX file and its QDQ int8 twin from
@@ -17,8 +17,8 @@ Then, at every batch size and thread count, with the same random inputs:
   - pare_rt int8 and fp32: `pare bench FILE --engine rt --batch B --threads T --json` (the int8 run
     with --profile: the largest convolution's multiply-accumulates per second);
   - pare's libtorch interpreter (fp32): `pare bench FP32 --engine torch`;
-  - ONNX Runtime int8 and fp32: bench/ort_bench.js (onnxruntime-node 1.30, intra-op threads T, one
-    inter-op thread, all graph optimizations).
+  - ONNX Runtime int8 and fp32: bench/ort_bench.py (PyPI onnxruntime, pinned in
+    scripts/python-requirements.txt; intra-op threads T, one inter-op thread, all graph optimizations).
 Every configuration runs in a fresh process, warm-up runs first, then at least --seconds of timed
 runs; the table shows p50 latency in ms, the ratios pare_rt int8 / ONNX Runtime int8 (below 1:
 pare_rt is faster) and libtorch fp32 / pare_rt int8 (the int8 speed-up), and the largest
@@ -90,10 +90,8 @@ def make_models(args, tmp):
 
 
 def ort_bench(args, model, x_path, threads):
-    env = dict(os.environ)
-    env["NODE_PATH"] = args.node_path
-    out = run(["node", os.path.join(ROOT, "bench", "ort_bench.js"), model, "--input", x_path, "--threads",
-               str(threads), "--seconds", str(args.seconds)], env=env)
+    out = run([sys.executable, os.path.join(ROOT, "bench", "ort_bench.py"), model, "--input", x_path, "--threads",
+               str(threads), "--seconds", str(args.seconds)])
     return json.loads(out.strip().splitlines()[-1])
 
 
@@ -120,8 +118,6 @@ def main():
     args.pare = find_pare(args.pare, WHO)
     batches = [int(b) for b in args.batches.split(",") if b]
     threads = [int(t) for t in args.threads.split(",") if t]
-    args.node_path = run([os.path.join(ROOT, "scripts", "install-peers"),
-                          os.path.join(os.path.dirname(os.path.dirname(args.pare)), "peer")]).strip().splitlines()[-1]
     import numpy as np
     tmp = tempfile.mkdtemp(prefix="pare-rt-bench-")
     rows = []

@@ -1,7 +1,7 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Training throughput: pare vs the same loop in PyTorch, on Fashion-MNIST.
 
-    /usr/bin/python3 bench/train_throughput.py [--pare PATH] [--models cnn,mlp:784-300-100-10]
+    bench/python bench/train_throughput.py [--pare PATH] [--models cnn,mlp:784-300-100-10]
         [--batch 128] [--steps 300] [--warmup 20] [--threads 2] [--repeats 1] [--json FILE]
 
 For each model it measures, side by side in one run:
@@ -10,7 +10,7 @@ For each model it measures, side by side in one run:
     with WARMUP and WARMUP+STEPS steps, and the steady-state figure is the difference
     STEPS*BATCH / (seconds(WARMUP+STEPS) - seconds(WARMUP)); the figure pare itself reports for
     the long run is shown too.
-  - PyTorch (/usr/bin/python3, torch.set_num_threads(T)): the equivalent torch.nn model
+  - PyTorch (the .venv's, torch.set_num_threads(T)): the equivalent torch.nn model
     (bench_util.torch_model, written out by hand after core/zoo.cpp), Adam(lr=1e-3), cross-entropy, the same per-step work as
     pare's Trainer (loss.item() every step, train-accuracy count), batches gathered from the
     in-memory dataset by a shuffled permutation; WARMUP untimed steps then STEPS timed ones. Run

@@ -4,12 +4,19 @@ include(CMakePackageConfigHelpers)
 
 # The pare command line is exported as pare::pare_cli (pare::pare is all the libraries), for
 # pare_compress() (cmake/PareCompress.cmake). It finds libpare_rt.so in the prefix's lib folder.
-set_target_properties(pare PROPERTIES EXPORT_NAME pare_cli INSTALL_RPATH "$ORIGIN/../${CMAKE_INSTALL_LIBDIR}")
+# It finds libtorch where it was built against it: the wheel's torch/lib (which finds the CUDA
+# libraries of its own wheels).
+set_target_properties(pare PROPERTIES EXPORT_NAME pare_cli
+                      INSTALL_RPATH "$ORIGIN/../${CMAKE_INSTALL_LIBDIR};${TORCH_INSTALL_PREFIX}/lib")
 install(TARGETS pare EXPORT pareTargets RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-install(TARGETS pare_base pare_core pare_distill pare_dist pare_prune pare_quantize pare_export pare_federated
-        pare_federated_wire pare_deps
-        EXPORT pareTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
-foreach(dir core distill dist prune quantize export federated)
+set(_libs pare_base pare_core pare_distill pare_dist pare_prune pare_quantize pare_export pare_deps)
+set(_dirs core distill dist prune quantize export)
+if(PARE_FEDERATED)
+  list(APPEND _libs pare_federated pare_federated_wire)
+  list(APPEND _dirs federated)
+endif()
+install(TARGETS ${_libs} EXPORT pareTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+foreach(dir ${_dirs})
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${dir}/ DESTINATION include/pare/${dir}
           FILES_MATCHING PATTERN "*.h" PATTERN "runtime" EXCLUDE PATTERN "wire.h" EXCLUDE)
 endforeach()

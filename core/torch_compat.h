@@ -1,24 +1,19 @@
-// The one place where libtorch versions differ (Debian's 1.13 CPU build and 2.x with CUDA).
-// Selected by PARE_TORCH_MAJOR, which CMake sets from the libtorch it found.
+// The one place for what differs between libtorch builds. pare supports one libtorch, PyTorch 2.x
+// from the PyPI wheel (scripts/install-deps pins it; a GPU machine's own 2.11 or later is accepted):
+// what changes between 2.x releases goes here, selected by TORCH_VERSION_MAJOR/MINOR.
 #pragma once
 
 #include <ATen/ATen.h>
 #include <torch/version.h>  // TORCH_VERSION, for torch_version() in every includer, not only those of torch/torch.h
 
-#ifndef PARE_TORCH_MAJOR
-#define PARE_TORCH_MAJOR 1
+#if TORCH_VERSION_MAJOR < 2
+#error "pare needs PyTorch 2.x (scripts/install-deps installs it into .venv)"
 #endif
 
 namespace pare::compat {
 
 /// The version string of the libtorch pare was built against.
-inline const char* torch_version() {
-#ifdef TORCH_VERSION
-  return TORCH_VERSION;
-#else
-  return "unknown";
-#endif
-}
+inline const char* torch_version() { return TORCH_VERSION; }
 
 /// True when pare was built against a libtorch with CUDA (PARE_WITH_CUDA, set by CMake), whether
 /// or not a device is present.
@@ -29,8 +24,6 @@ bool cuda_available();
 int cuda_device_count();
 
 /// Autocast of one device type (kCPU or kCUDA): whether it is on and its lower precision.
-/// 1.13 has one setter per device type (set_cpu_enabled, set_autocast_gpu_dtype, ...), 2.x one
-/// setter taking the device type.
 struct AutocastState {
   bool enabled = false;
   at::ScalarType dtype = at::kBFloat16;

@@ -33,8 +33,7 @@ GradientSync::GradientSync(std::shared_ptr<ProcessGroup> pg, std::vector<at::Ten
   }
 }
 
-void GradientSync::sync(int64_t local_samples) {
-  if (buckets_.empty()) return;
+std::vector<at::Tensor> GradientSync::pack(int64_t local_samples) const {
   std::vector<at::Tensor> flats;
   for (size_t b = 0; b < buckets_.size(); ++b) {
     std::vector<at::Tensor> parts;
@@ -43,11 +42,18 @@ void GradientSync::sync(int64_t local_samples) {
       // A parameter the loss did not reach has no gradient on this rank: it counts as zero.
       parts.push_back((p.grad().defined() ? p.grad() : at::zeros_like(p)).reshape(-1).to(at::kFloat));
     }
-    // The first bucket also carries the sample count (1 times it), so no extra collective is needed.
-    if (b == 0) parts.push_back(at::ones({1}, at::kFloat));
+    // The first bucket also carries the sample count (1 times it), so no extra collective is needed;
+    // on the gradients' device, which may be a GPU.
+    if (b == 0) parts.push_back(at::ones({1}, parts.front().options()));
     flats.push_back(at::cat(parts).mul_(static_cast<double>(local_samples)));
-    pg_->all_reduce_async(flats.back());
   }
+  return flats;
+}
+
+void GradientSync::sync(int64_t local_samples) {
+  if (buckets_.empty()) return;
+  std::vector<at::Tensor> flats = pack(local_samples);
+  for (at::Tensor& flat : flats) pg_->all_reduce_async(flat);
   pg_->wait();
   const double total = flats[0][-1].item<double>();
   PARE_CHECK(total > 0, "no rank saw a sample in this step");

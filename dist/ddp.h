@@ -31,6 +31,9 @@ class GradientSync {
                int64_t bucket_bytes = 25 << 20);
   /// Call after backward on every rank with the samples this rank's gradients cover.
   void sync(int64_t local_samples);
+  /// The buckets sync() all-reduces: each bucket's gradients flattened to fp32 and multiplied by
+  /// `local_samples`, the first bucket followed by `local_samples` itself; on the parameters' device.
+  std::vector<at::Tensor> pack(int64_t local_samples) const;
   size_t buckets() const { return buckets_.size(); }
 
  private:

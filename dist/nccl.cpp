@@ -9,9 +9,9 @@
 
 namespace pare::dist {
 
-c10::intrusive_ptr<compat::C10dBackend> make_nccl_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
-                                                          int size, const at::Device& device,
-                                                          std::chrono::milliseconds timeout) {
+c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                                    int size, const at::Device& device,
+                                                    std::chrono::milliseconds timeout) {
 #ifdef PARE_WITH_NCCL
   PARE_ASSERT(device.is_cuda(), "NCCL needs a CUDA device, got ", device.str());
   c10::cuda::set_device(device.index());  // NCCL's communicator binds to the current device

@@ -50,7 +50,7 @@ c10::intrusive_ptr<c10d::ProcessGroupGloo::Options> gloo_options(const World& w,
 // store is made (`make_`), the collectives are the same calls.
 class C10dGroup : public ProcessGroup {
  public:
-  using Maker = std::function<c10::intrusive_ptr<compat::C10dBackend>(const c10::intrusive_ptr<c10d::Store>&)>;
+  using Maker = std::function<c10::intrusive_ptr<c10d::Backend>(const c10::intrusive_ptr<c10d::Store>&)>;
 
   C10dGroup(const World& w, Backend backend, const at::Device& device, std::chrono::milliseconds timeout)
       : rank_(w.rank), size_(w.world_size), backend_(backend), timeout_(timeout) {
@@ -73,7 +73,7 @@ class C10dGroup : public ProcessGroup {
       } else {
         auto opts = gloo_options(w, timeout);
         make_ = [rank = w.rank, size = w.world_size, opts](const c10::intrusive_ptr<c10d::Store>& st) {
-          return c10::intrusive_ptr<compat::C10dBackend>(c10::make_intrusive<c10d::ProcessGroupGloo>(st, rank, size, opts));
+          return c10::intrusive_ptr<c10d::Backend>(c10::make_intrusive<c10d::ProcessGroupGloo>(st, rank, size, opts));
         };
       }
       pg_ = make_(c10::make_intrusive<c10d::PrefixStore>("pare_pg", store_));
@@ -181,7 +181,7 @@ class C10dGroup : public ProcessGroup {
   std::chrono::milliseconds timeout_;
   c10::intrusive_ptr<c10d::Store> store_;
   Maker make_;
-  c10::intrusive_ptr<compat::C10dBackend> pg_;
+  c10::intrusive_ptr<c10d::Backend> pg_;
   std::vector<c10::intrusive_ptr<c10d::Work>> pending_;
 };
 

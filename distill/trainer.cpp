@@ -1,6 +1,7 @@
 #include "distill/trainer.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/detail/CUDAHooksInterface.h>
 #include <torch/types.h>  // before clip_grad.h, which uses it without including it
 #include <torch/nn/utils/clip_grad.h>
 #include <torch/optim.h>
@@ -137,7 +138,8 @@ EpochStats stats_from_json(const nlohmann::json& j) {
 // A checkpoint file: "PARECKPT", a format version, the CRC-32 and byte count of the payload (8 bytes,
 // little-endian), then the payload: safetensors (core/tensor_io, the reader pare fuzzes) holding
 // model/NAME, extra/I, optimizer/I/STATE (I: the optimizer's parameters in group order), rng
-// (the CPU generator's state), and in its metadata "state", the run's position and history as JSON.
+// (the CPU generator's state), rng_cuda (on a GPU: its generator's state, which Dropout draws
+// from), and in its metadata "state", the run's position and history as JSON.
 // Format 1 was libtorch's archive (torch::serialize), whose reader in libtorch 1.13 crashes on
 // damaged archives (found by tests/fuzz's checkpoint_fuzz): it is refused, not read.
 constexpr char kCheckpointMagic[8] = {'P', 'A', 'R', 'E', 'C', 'K', 'P', 'T'};
@@ -176,7 +178,14 @@ std::vector<at::Tensor> optimizer_params(torch::optim::Optimizer& opt) {
   return out;
 }
 
-std::string state_key(const at::Tensor& p) { return c10::guts::to_string(p.unsafeGetTensorImpl()); }
+// The default generator of GPU `d` (through the CUDA hooks: the CPU build links no CUDA symbol).
+at::Generator cuda_generator(const at::Device& d) {
+  return at::detail::getCUDAHooks().getDefaultGenerator(d.has_index() ? d.index() : 0);
+}
+
+// The optimizer keys its state by the parameter's TensorImpl.
+using StateKey = std::decay_t<decltype(std::declval<torch::optim::Optimizer&>().state())>::key_type;
+StateKey state_key(const at::Tensor& p) { return p.unsafeGetTensorImpl(); }
 
 // Each parameter's optimizer state: Adam and AdamW keep exp_avg, exp_avg_sq (max_exp_avg_sq with
 // amsgrad) and a step count, SGD a momentum buffer. Into `tensors` as optimizer/I/NAME, and the step
@@ -214,7 +223,7 @@ void save_optimizer(torch::optim::Optimizer& opt, std::map<std::string, at::Tens
 
 // The optimizer states a checkpoint holds for `opt`'s parameters (optimizer `kind`), each checked
 // against its parameter (shape, dtype, finite values) before any is installed; by state key.
-using OptimizerStates = std::vector<std::pair<std::string, std::unique_ptr<torch::optim::OptimizerParamState>>>;
+using OptimizerStates = std::vector<std::pair<StateKey, std::unique_ptr<torch::optim::OptimizerParamState>>>;
 OptimizerStates read_optimizer(torch::optim::Optimizer& opt, const std::string& kind,
                                std::map<std::string, at::Tensor>& tensors, const nlohmann::json& steps,
                                const std::string& path) {
@@ -457,6 +466,7 @@ void Trainer::save_checkpoint(const State& st) {
   for (auto& n : model_.buffer_names()) tensors["model/" + n] = model_.initializer(n);
   for (size_t i = 0; i < extra_.size(); ++i) tensors["extra/" + std::to_string(i)] = extra_[i];
   tensors["rng"] = at::detail::getDefaultCPUGenerator().get_state();
+  if (opts_.device_.is_cuda()) tensors["rng_cuda"] = cuda_generator(opts_.device_).get_state();
   nlohmann::json j = {{"history", nlohmann::json::array()}, {"seed", opts_.seed_}, {"batch_size", opts_.batch_size_},
                       {"optimizer", opts_.optimizer_}};
   save_optimizer(*optimizer_, tensors, j["optimizer_steps"]);
@@ -529,6 +539,12 @@ bool Trainer::load_checkpoint(State& st, int64_t batches) {
     for (auto& [dst, t] : copies) dst.copy_(t);
     at::Generator gen = at::detail::getDefaultCPUGenerator();
     gen.set_state(rng->second);
+    // A checkpoint written on the CPU has no GPU state: the GPU's generator keeps this run's seed.
+    auto rng_cuda = tensors.find("rng_cuda");
+    if (opts_.device_.is_cuda() && rng_cuda != tensors.end()) {
+      at::Generator g = cuda_generator(opts_.device_);
+      g.set_state(rng_cuda->second);
+    }
     st = std::move(loaded);
   } catch (const InputError& e) {
     if (std::string(e.what()).find(path) != std::string::npos) throw;

@@ -1,9 +1,17 @@
 #!/usr/bin/env bash
-# --device, --precision and --backend on a libtorch without CUDA (this machine's): every command
-# refuses a GPU with exit 2 saying why, cpu is the default bit for bit, bf16 trains, and a
-# checkpoint whose tensors were written on cuda:0 resumes on the CPU to the uninterrupted model.
+# --device, --precision and --backend on a machine without a GPU (this one): every command refuses a
+# GPU with exit 2 saying why (a CUDA build, pare's ordinary one: libtorch sees no GPU; a build
+# without CUDA: it has none), cpu is the default bit for bit, bf16 trains, and a checkpoint whose
+# tensors were written on cuda:0 resumes on the CPU to the uninterrupted model.
 source "$(dirname "$0")/lib.sh"
-if "$PARE" --version 2>&1 | grep -q 'CUDA yes'; then echo "skip: this pare has CUDA (tests/gpu covers it)"; exit 77; fi
+if "$PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+  echo "skip: this machine has a GPU (tests/gpu covers it)"; exit 77
+fi
+if "$PARE" --version 2>&1 | grep -q 'CUDA yes'; then
+  no_gpu="libtorch has CUDA but sees no GPU" no_nccl="--backend nccl reduces CUDA tensors, but the device is cpu"
+else
+  no_gpu="this pare is built against libtorch .* without CUDA" no_nccl="--backend nccl: this pare is built without c10d's NCCL"
+fi
 make_npy_data "$work" 512
 data="npy:$work/x.npy,$work/y.npy"
 train=(train --model mlp:784-32-10 --data "$data" --batch-size 64 --no-val --quiet --threads 1 --seed 3)
@@ -12,27 +20,27 @@ train=(train --model mlp:784-32-10 --data "$data" --batch-size 64 --no-val --qui
 
 # A GPU asked of a CPU build: exit 2, the reason, and no output file.
 for dev in cuda cuda:0 cuda:1; do
-  expect_exit 2 "--device $dev: this pare is built against libtorch .* without CUDA" -- \
+  expect_exit 2 "--device $dev: $no_gpu" -- \
     "$PARE" "${train[@]}" --epochs 1 --device "$dev" --out "$work/o.onnx"
 done
-expect_exit 2 "--device .*without CUDA" -- "$PARE" distill --teacher "$work/t.onnx" --student mlp:784-16-10 \
+expect_exit 2 "--device .*$no_gpu" -- "$PARE" distill --teacher "$work/t.onnx" --student mlp:784-16-10 \
   --data "$data" --max-steps 2 --no-val --quiet --device cuda --out "$work/o.onnx"
-expect_exit 2 "--device .*without CUDA" -- "$PARE" prune "$work/t.onnx" --data "$data" --epochs 1 --device cuda \
+expect_exit 2 "--device .*$no_gpu" -- "$PARE" prune "$work/t.onnx" --data "$data" --epochs 1 --device cuda \
   --quiet --out "$work/o.onnx"
-expect_exit 2 "--device .*without CUDA" -- "$PARE" quantize "$work/t.onnx" --calib "$data" --qat --epochs 1 \
+expect_exit 2 "--device .*$no_gpu" -- "$PARE" quantize "$work/t.onnx" --calib "$data" --qat --epochs 1 \
   --data "$data" --device cuda --quiet --out "$work/o.onnx"
-expect_exit 2 "--device .*without CUDA" -- "$PARE" eval "$work/t.onnx" --data "$data" --split train --device cuda
-expect_exit 2 "--device .*without CUDA" -- "$PARE" run "$work/t.onnx" --input "$work/in.npy" \
+expect_exit 2 "--device .*$no_gpu" -- "$PARE" eval "$work/t.onnx" --data "$data" --split train --device cuda
+expect_exit 2 "--device .*$no_gpu" -- "$PARE" run "$work/t.onnx" --input "$work/in.npy" \
   --output "$work/o.npy" --device cuda
 expect_exit 2 "--engine rt \(pare_rt\) runs on the CPU" -- "$PARE" run "$work/t.onnx" --engine rt \
   --input "$work/in.npy" --output "$work/o.npy" --device cuda:0
-expect_exit 2 "--device .*without CUDA" -- "$PARE" teacher-cache --teacher "$work/t.onnx" --data "$data" \
+expect_exit 2 "--device .*$no_gpu" -- "$PARE" teacher-cache --teacher "$work/t.onnx" --data "$data" \
   --device cuda --quiet --out "$work/o.cache"
 expect_exit 2 "--device must be cpu, cuda, cuda:N or auto, got 'gpu'" -- \
   "$PARE" "${train[@]}" --epochs 1 --device gpu --out "$work/o.onnx"
 expect_exit 2 "--precision fp16 runs on CUDA only" -- "$PARE" "${train[@]}" --epochs 1 --precision fp16 --out "$work/o.onnx"
 expect_exit 2 "--precision must be fp32, bf16 or fp16" -- "$PARE" "${train[@]}" --epochs 1 --precision int8 --out "$work/o.onnx"
-expect_exit 2 "--backend nccl: this pare is built without c10d's NCCL" -- \
+expect_exit 2 "$no_nccl" -- \
   "$PARE" "${train[@]}" --epochs 1 --backend nccl --out "$work/o.onnx"
 no_file "$work/o.onnx"
 no_file "$work/o.npy"

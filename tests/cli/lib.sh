@@ -1,7 +1,7 @@
 # Shared helpers for the CLI tests: sourced, not run.
 set -euo pipefail
 : "${PARE:?PARE must point at the pare binary}"
-PY=/usr/bin/python3
+source "$(dirname "${BASH_SOURCE[0]}")/../peers.sh"  # PY: the peers' Python (PyTorch, onnx, numpy)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fails=0

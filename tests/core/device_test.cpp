@@ -19,6 +19,15 @@ TEST(Device, CudaOnABuildWithoutItIsRefusedSayingWhy) {
     pare::testing::expect_option_error([&] { core::parse_device(spec); }, "device", {spec, "without CUDA", "use cpu"});
 }
 
+// The ordinary build (PyTorch's CUDA wheel) on a machine without a GPU.
+TEST(Device, CudaWithoutAGpuIsRefusedSayingWhy) {
+  if (!compat::cuda_built()) GTEST_SKIP() << "this libtorch has no CUDA (the test above covers it)";
+  if (compat::cuda_available()) GTEST_SKIP() << "this machine has a GPU (tests/gpu covers it)";
+  for (const char* spec : {"cuda", "cuda:0", "cuda:1"})
+    pare::testing::expect_option_error([&] { core::parse_device(spec); }, "device", {spec, "sees no GPU"});
+  EXPECT_TRUE(core::parse_device("auto").is_cpu());
+}
+
 TEST(Device, AnIndexPastTheLastGpuIsRefused) {
   if (!compat::cuda_available()) GTEST_SKIP() << "no GPU";
   const int n = compat::cuda_device_count();

@@ -6,6 +6,7 @@
 
 #include <numeric>
 
+#include "tests/dist_util.h"
 #include "tests/test_util.h"
 
 using namespace pare;
@@ -63,4 +64,27 @@ TEST(World, ReadsTorchrunsVariablesAndRejectsBadOnes) {
                         "TORCHELASTIC_RESTART_COUNT"})
     ::unsetenv(v);
   EXPECT_FALSE(dist::World::from_env().distributed());
+}
+
+// What one rank sends: each bucket's gradients in fp32 times the rank's samples (a parameter the
+// loss did not reach counts as zero), the first bucket followed by the sample count. Which device
+// the buckets are made on is checked in tests/gpu (CudaGradientSync): no device a CPU machine has
+// shows the defect found there (a CPU sample count joined to CUDA gradients); at::cat on the meta
+// device accepts a CPU tensor among meta ones, so a meta test passed with the defect in place.
+TEST(GradientSync, PacksBucketsWeightedBySamplesWithTheCountInTheFirst) {
+  std::vector<at::Tensor> params = {at::zeros({2, 2}), at::zeros({3}, at::kBFloat16), at::zeros({2})};
+  params[0].mutable_grad() = at::arange(4, at::kFloat).view({2, 2});
+  params[1].mutable_grad() = at::full({3}, 0.5, at::kBFloat16);
+  dist::GradientSync sync(nullptr, params, /*bucket_bytes=*/12);  // buckets {2, 1} and {0}
+  ASSERT_EQ(sync.buckets(), 2u);
+  const std::vector<at::Tensor> flats = sync.pack(3);
+  ASSERT_EQ(flats.size(), 2u);
+  EXPECT_TRUE(at::equal(flats[0], at::tensor({0.f, 0.f, 1.5f, 1.5f, 1.5f, 3.f})));
+  EXPECT_TRUE(at::equal(flats[1], at::tensor({0.f, 3.f, 6.f, 9.f})));
+}
+
+// Two ranks (threads with a Gloo group) average their gradients weighted by their samples; the same
+// check runs on CUDA tensors in tests/gpu (CudaGradientSync).
+TEST(GradientSync, TwoRanksAverageWeightedBySamples) {
+  pare::testing::expect_gradient_sync_averages(at::kCPU, dist::Backend::kGloo);
 }

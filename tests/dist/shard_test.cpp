@@ -3,57 +3,19 @@
 #include "dist/shard.h"
 
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <exception>
-#include <functional>
-#include <thread>
 
 #include "core/module.h"
 #include "core/onnx_io.h"
+#include "tests/dist_util.h"
 #include "tests/test_util.h"
 
 using namespace pare;
 using pare::testing::expect_input_error;
+using pare::testing::on_ranks;
 
 namespace {
-
-int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
-// Runs fn(rank, group) on `ranks` threads joined in one process group; rethrows a rank's failure.
-void on_ranks(int ranks, const std::function<void(int, std::shared_ptr<dist::ProcessGroup>)>& fn) {
-  const int port = free_port();
-  std::vector<std::exception_ptr> errors(ranks);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < ranks; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        dist::World w;
-        w.rank = r;
-        w.world_size = w.local_world_size = ranks;
-        w.master_port = port;
-        fn(r, dist::ProcessGroup::connect(w, std::chrono::seconds(60)));
-      } catch (...) {
-        errors[r] = std::current_exception();
-      }
-    });
-  for (auto& t : threads) t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
-}
 
 at::Tensor whole_output(const core::Graph& g, const at::Tensor& x) {
   core::Module m(g);

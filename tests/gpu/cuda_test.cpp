@@ -10,6 +10,7 @@
 #include "dist/world.h"
 #include "distill/teacher.h"
 #include "distill/trainer.h"
+#include "tests/dist_util.h"
 #include "tests/test_util.h"
 
 using namespace pare;
@@ -63,6 +64,27 @@ TEST(CudaTrainer, ACheckpointWrittenOnTheGpuResumesOnTheCpu) {
   EXPECT_EQ(train("cuda", core::Precision::kFp32, 2, ckpt2, true).history.size(), 2u);
 }
 
+// The GPU's generator is checkpointed too: a cnn with Dropout, interrupted after one epoch and resumed
+// on the GPU, ends bit for bit where the uninterrupted run does (deterministic cuDNN, so that only
+// the random state could make them differ).
+TEST(CudaTrainer, AResumedRunWithDropoutIsBitExact) {
+  REQUIRE_GPU();
+  at::globalContext().setDeterministicCuDNN(true);
+  at::globalContext().setBenchmarkCuDNN(false);
+  pare::testing::TempDir dir;
+  auto run = [&](int64_t epochs, const std::string& ckpt, bool resume) {
+    core::Module m(core::build_zoo_model("cnn,classes=2,width=8,fc=16", 0));
+    auto opts = distill::TrainerOptions().epochs(epochs).batch_size(32).seed(1).progress(false)
+                    .device(core::parse_device("cuda"));
+    if (!ckpt.empty()) opts.checkpoint(ckpt).resume(resume);
+    distill::Trainer(m, opts).fit(two_blobs(256, 1), nullptr);
+    return m.parameters()[0].detach().cpu().clone();
+  };
+  const at::Tensor whole = run(2, "", false);
+  run(1, dir.file("run.ckpt"), false);
+  EXPECT_TRUE(at::equal(run(2, dir.file("run.ckpt"), true), whole));
+}
+
 TEST(CudaTrainer, Bf16AndFp16Train) {
   REQUIRE_GPU();
   for (auto p : {core::Precision::kBf16, core::Precision::kFp16}) {
@@ -101,6 +123,14 @@ TEST(CudaLoader, BatchesArePinnedAndCopiedToTheDevice) {
   EXPECT_TRUE(d.y.is_cuda());
   EXPECT_TRUE(d.rows.device().is_cpu());
   EXPECT_TRUE(at::equal(d.x.cpu(), b.x));
+}
+
+// The data-parallel bucket path with CUDA gradients across two ranks (Gloo on CUDA tensors: NCCL
+// cannot run two ranks on one GPU). It failed at the first step when the sample count was a CPU
+// tensor (GradientSync.PacksTheBucketsOnTheGradientsDevice covers that on the CPU).
+TEST(CudaGradientSync, TwoGlooRanksOnOneGpuAverageWeightedBySamples) {
+  REQUIRE_GPU();
+  pare::testing::expect_gradient_sync_averages(core::parse_device("cuda"), dist::Backend::kGloo);
 }
 
 // One rank on the one GPU: the NCCL (and Gloo) groups are built and reduce CUDA tensors. Several

@@ -4,8 +4,7 @@
 # only that encoder layer kept (model.encoder.layers = [layers[1]]), with the teacher's weights.
 #
 # The C++ side is the gtest DerivedStudentPeer.WritesOutputsForTheScript in distill_tests, which
-# runs only when PARE_DERIVE_PEER_DIR is set. Env: PARE_BUILD_DIR. Needs /usr/bin/python3 with
-# torch and numpy (Debian python3-torch); exits 77 (skipped) without them.
+# runs only when PARE_DERIVE_PEER_DIR is set. Env: PARE_BUILD_DIR. Needs torch and numpy in the peers\' Python (tests/peers.sh).
 source "$(dirname "${BASH_SOURCE[0]}")/gtest_peer_lib.sh" derived-student
 ATOL=1e-4   # as for the exported models themselves
 

@@ -1,7 +1,7 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Exports PyTorch models to ONNX, with inputs and PyTorch's outputs as .npy, for the peer tests.
 
-    /usr/bin/python3 export_models.py OUTDIR [--only NAME,...] [--keep-layers I,J,...]
+    .venv/bin/python export_models.py OUTDIR [--only NAME,...] [--keep-layers I,J,...]
 
 Writes, for every model NAME: OUTDIR/NAME.onnx, and for every test batch size B:
 OUTDIR/NAME.b{B}.input.npy and OUTDIR/NAME.b{B}.expected.npy. It prints one line per case on
@@ -165,10 +165,11 @@ def build(name):
 
 
 MODELS = ("resnet18", "mobilenet_v2", "transformer", "mlp_layernorm_gelu", "unet", "lstm_classifier", "gpt_block")
-# Per model: the opset it is exported with (Trilu needs 14), the op its export must contain (the
+# Per model: the opset it is exported with (Trilu needs 14, and PyTorch 2.x's TransformerEncoderLayer
+# runs scaled_dot_product_attention, which its exporter writes from opset 14 on), the op its export must contain (the
 # op it is here to test), and the engines of `pare run` that run it (pare_rt has no Resize, LSTM
 # or Trilu yet).
-OPSET = {"gpt_block": 14}
+OPSET = {"gpt_block": 14, "transformer": 14}
 MUST_CONTAIN = {"unet": "Resize", "lstm_classifier": "LSTM", "gpt_block": "Trilu"}
 ENGINES = {"unet": "torch", "lstm_classifier": "torch", "gpt_block": "torch"}
 
@@ -181,14 +182,16 @@ def export(name, outdir, seed, keep_layers=None):
     model.eval()
     path = os.path.join(outdir, name + ".onnx")
     # In eval mode under no_grad, nn.TransformerEncoderLayer takes its fused fast path
-    # (aten::_transformer_encoder_layer_fwd), which torch 1.13 cannot export. With autograd on and
+    # (aten::_transformer_encoder_layer_fwd), which the exporter cannot export. With autograd on and
     # parameters requiring grad it runs the plain ops, so the transformer is exported, and its
-    # reference outputs computed, with grad enabled; the other models use no_grad.
+    # reference outputs computed, with grad enabled; the other models use no_grad. dynamo=False: the
+    # TorchScript-based exporter at the opsets below (PyTorch 2.9 made the dynamo exporter, opset 18,
+    # the default; these files stay what they were, so the checks keep their tolerances).
     grad = torch.enable_grad() if name == "transformer" else torch.no_grad()
     with grad, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(model, (make_input(EXPORT_BATCH, gen),), path, opset_version=OPSET.get(name, 13),
-                          do_constant_folding=True, input_names=["input"], output_names=["output"],
+                          dynamo=False, do_constant_folding=True, input_names=["input"], output_names=["output"],
                           dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}})
     if name in MUST_CONTAIN:
         import onnx

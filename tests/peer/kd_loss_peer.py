@@ -1,5 +1,5 @@
-#!/usr/bin/python3
-"""PyTorch side of tests/peer/kd_loss_test.sh (run with /usr/bin/python3).
+#!/usr/bin/env python3
+"""PyTorch side of tests/peer/kd_loss_test.sh (run with the peers' Python, tests/peers.sh).
 
     kd_loss_peer.py gen DIR      writes random float32 logits and int64 labels for several batch
                                  sizes, class counts, temperatures and alphas: DIR/cases.txt

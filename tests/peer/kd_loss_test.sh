@@ -6,8 +6,7 @@
 #
 # There is no CLI command for the loss alone, so the C++ side is the gtest KdLossPeer.FromFiles in
 # $PARE_BUILD_DIR/tests/distill_tests, driven by files through PARE_KD_PEER_DIR.
-# Env: PARE_BUILD_DIR (ctest sets it). Needs /usr/bin/python3 with torch and numpy (Debian
-# python3-torch); exits 77 (skipped) without them.
+# Env: PARE_BUILD_DIR (ctest sets it). Needs torch and numpy in the peers\' Python (tests/peers.sh).
 source "$(dirname "${BASH_SOURCE[0]}")/gtest_peer_lib.sh" kd-loss
 
 echo "== random logits into $tmp (torch $("$PY" -c 'import torch; print(torch.__version__)'))"

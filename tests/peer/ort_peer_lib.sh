@@ -1,21 +1,15 @@
-# Shared start of the peer tests that run pare's output in ONNX Runtime (onnxruntime-node): sourced,
-# not run. Usage: source ort_peer_lib.sh NAME "PYTHON MODULES" (comma-separated, for one import).
-# Sets here (the test's folder), src, PARE, PY, NODE_PATH and tmp (removed on exit); exits 77
-# (skipped) when PY cannot import the modules or onnxruntime-node cannot be installed.
-# Env: PARE (the binary), PARE_SOURCE_DIR, PARE_BUILD_DIR (onnxruntime-node goes to its peer/),
-# PARE_PEER_PYTHON (default /usr/bin/python3, Debian's python3 with python3-torch).
+# Shared start of the peer tests that run pare's output in ONNX Runtime (PyPI onnxruntime, in the
+# project's .venv): sourced, not run. Usage: source ort_peer_lib.sh NAME "PYTHON MODULES"
+# (comma-separated, for one import; onnxruntime is always added). Sets here (the test's folder),
+# src, PARE, PY and tmp (removed on exit); a missing module fails the test under make test and CI,
+# and skips it (77) otherwise (tests/peers.sh).
+# Env: PARE (the binary), PARE_SOURCE_DIR, PARE_PYTHON (tests/peers.sh).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[1]}")" && pwd)
 src=${PARE_SOURCE_DIR:-$(cd "$here/../.." && pwd)}
 PARE=${PARE:?set PARE to the pare binary}
-PY=${PARE_PEER_PYTHON:-/usr/bin/python3}
-if ! "$PY" -c "import $2" 2>/dev/null; then
-  echo "SKIP: $PY cannot import $2"; exit 77
-fi
-if ! node_modules=$("$src/scripts/install-peers" "${PARE_BUILD_DIR:-$src/build}/peer"); then
-  echo "SKIP: onnxruntime-node is not installed and scripts/install-peers could not install it"; exit 77
-fi
-export NODE_PATH=$node_modules
+source "$src/tests/peers.sh"
+need_python "$2, onnxruntime"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/pare-$1.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 # More arguments for every `pare run` below (e.g. pare_run_args=(--engine rt)).
@@ -44,7 +38,7 @@ onnx.save(m, sys.argv[2])
 print(node.output[0])
 PYEOF
 )
-  node "$here/ort_run.js" "$p.probe.onnx" --input "$x" --output "$p.ort.npy" \
+  "$PY" "$here/ort_run.py" "$p.probe.onnx" --input "$x" --output "$p.ort.npy" \
     --output "$last=$p.ort_codes.npy" 2>"$p.err" || rc=$?
   if ((rc != 0)); then
     echo "FAIL: onnxruntime cannot run $q (exit $rc):"; head -c 2000 "$p.err"; echo
@@ -88,7 +82,7 @@ PYEOF
 # when ORT cannot run the model or the outputs differ.
 ort_matches_pare() {
   local model=$1 x=$2 label=$3 rc=0
-  node "$here/ort_run.js" "$model" --input "$x" --output "$tmp/ort.npy" 2>"$tmp/err.txt" || rc=$?
+  "$PY" "$here/ort_run.py" "$model" --input "$x" --output "$tmp/ort.npy" 2>"$tmp/err.txt" || rc=$?
   if ((rc != 0)); then
     echo "FAIL $label: onnxruntime cannot run $model (exit $rc):"; head -c 2000 "$tmp/err.txt"; echo
     return 1

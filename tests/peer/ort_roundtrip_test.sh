@@ -1,29 +1,19 @@
 #!/usr/bin/env bash
 # Peer test: ONNX files written by pare (zoo models after a couple of training steps, so that
 # BatchNorm statistics and weights have moved) pass onnx.checker and give the same outputs in
-# ONNX Runtime (onnxruntime-node) as in `pare run`, the import of pare's own export.
+# ONNX Runtime (PyPI onnxruntime) as in `pare run`, the import of pare's own export.
 #
-# Env: PARE (the binary), PARE_SOURCE_DIR, PARE_BUILD_DIR (onnxruntime-node is installed under
-# $PARE_BUILD_DIR/peer by scripts/install-peers). Exits 77 (skipped) when onnxruntime-node cannot
-# be installed (no registry) or /usr/bin/python3 lacks numpy/onnx.
+# Env: PARE (the binary), PARE_SOURCE_DIR, PARE_PYTHON. Without numpy, onnx and onnxruntime in the
+# peers' Python the test fails under make test and CI, and skips otherwise (tests/peers.sh).
 # PARE_PEER_SPECS="cnn lenet5" limits the run to some zoo specs.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 src=${PARE_SOURCE_DIR:-$(cd "$here/../.." && pwd)}
 PARE=${PARE:?set PARE to the pare binary}
-PY=${PARE_PEER_PYTHON:-/usr/bin/python3}  # Debian python3 with python3-torch; `python3` may be another
 ATOL=1e-5   # max |pare - ort| <= ATOL * max(1, max|ort|)
-
-if ! "$PY" -c 'import numpy, onnx' 2>/dev/null; then
-  echo "SKIP: $PY cannot import numpy and onnx (apt-get install python3-numpy python3-onnx)"
-  exit 77
-fi
-if ! node_modules=$("$src/scripts/install-peers" "${PARE_BUILD_DIR:-$src/build}/peer"); then
-  echo "SKIP: onnxruntime-node is not installed and scripts/install-peers could not install it"
-  exit 77
-fi
-export NODE_PATH=$node_modules
+source "$src/tests/peers.sh"
+need_python "numpy, onnx, onnxruntime"
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/pare-ort-roundtrip.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
@@ -62,7 +52,7 @@ for spec in "${specs[@]}"; do
   for b in 1 3; do
     x="$tmp/$kind.b$b.npy"
     rc=0
-    node "$here/ort_run.js" "$model" --input "$x" --output "$tmp/ort.npy" 2>"$tmp/err.txt" || rc=$?
+    "$PY" "$here/ort_run.py" "$model" --input "$x" --output "$tmp/ort.npy" 2>"$tmp/err.txt" || rc=$?
     if ((rc != 0)); then
       echo "FAIL $spec batch $b: onnxruntime cannot run pare's export (exit $rc):"
       head -c 2000 "$tmp/err.txt"; echo

@@ -1,5 +1,5 @@
-#!/usr/bin/python3
-"""Small numpy/onnx helpers for the peer tests (run with /usr/bin/python3).
+#!/usr/bin/env python3
+"""Small numpy/onnx helpers for the peer tests (run with the peers' Python, tests/peers.sh).
 
     peer_util.py compare ACTUAL.npy EXPECTED.npy --atol A [--rtol R | --scale-floor F] [--label TEXT]
         Passes when max|actual - expected| <= atol + rtol * max|expected| (with --scale-floor:

@@ -6,8 +6,8 @@
 # mobilenet_v2 as torch.onnx.export writes them: their equal constants (zero biases after BatchNorm
 # folding) de-duplicated into one tensor read through Identity nodes (issue 18, item 3).
 #
-# Env: PARE, PARE_SOURCE_DIR, PARE_BUILD_DIR. Exits 77 (skipped) without torch/torchvision/onnx in
-# /usr/bin/python3 or without onnxruntime-node.
+# Env: PARE, PARE_SOURCE_DIR, PARE_PYTHON. Needs torch, torchvision, onnx and onnxruntime in the
+# peers' Python (tests/peers.sh).
 source "$(dirname "${BASH_SOURCE[0]}")/ort_peer_lib.sh" prune-peer "numpy, onnx, torch, torchvision"
 
 "$PY" "$here/export_models.py" "$tmp" --only resnet18,mobilenet_v2 >/dev/null
@@ -29,7 +29,7 @@ warnings.filterwarnings("ignore")
 torch.manual_seed(0)
 for name in ("resnet18", "mobilenet_v2"):
     m = getattr(torchvision.models, name)(num_classes=1000).eval()
-    torch.onnx.export(m, torch.randn(2, 3, 64, 64), f"{d}/{name}.fresh.onnx", opset_version=13,
+    torch.onnx.export(m, torch.randn(2, 3, 64, 64), f"{d}/{name}.fresh.onnx", opset_version=13, dynamo=False,
                       input_names=["input"], output_names=["logits"],
                       dynamic_axes={"input": {0: "N"}, "logits": {0: "N"}})
     import onnx

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Peer test: the QDQ models `pare quantize` writes pass onnx.checker (full check) and run in ONNX
-# Runtime (onnxruntime-node, all graph optimizations on, so ORT fuses the QDQ pairs into its int8
+# Runtime (ONNX Runtime, all graph optimizations on, so ORT fuses the QDQ pairs into its int8
 # kernels), and ORT agrees with pare's simulation of the same graph:
 #   - the last quantized activation (uint8 codes) differs by at most one quantization step;
 #   - the logits' argmax agrees on >= 99.9% of the Fashion-MNIST test images used;
@@ -13,11 +13,9 @@
 # the argmax agreement, not to float rounding.
 #
 # Env: PARE, PARE_SOURCE_DIR, PARE_BUILD_DIR as in ort_roundtrip_test.sh; PARE_QPEER_N test images
-# (default 2000). Exits 77 (skipped) without onnxruntime-node, numpy/onnx or the dataset.
-if [ ! -e /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz ]; then
-  echo "SKIP: Fashion-MNIST is not installed (dataset-fashion-mnist)"; exit 77
-fi
+# (default 2000). Without ONNX Runtime, numpy/onnx or the dataset.
 source "$(dirname "${BASH_SOURCE[0]}")/ort_peer_lib.sh" quant-ort "numpy, onnx"
+need "Fashion-MNIST (dataset-fashion-mnist)" test -e /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz
 N=${PARE_QPEER_N:-2000}
 
 # Test images as .npy (the first N of the test split), and calibration images from the train split.
@@ -59,7 +57,7 @@ qd="$tmp/mlp.dyn.onnx"
 if ((ORT_WEIGHT_BITS == 8)); then
   ort_matches_pare "$qd" "$tmp/x.npy" "mlp dynamic int8" || failures+=("dynamic")
 else
-  node "$here/ort_run.js" "$qd" --input "$tmp/x.npy" --output "$tmp/dyn.ort.npy"
+  "$PY" "$here/ort_run.py" "$qd" --input "$tmp/x.npy" --output "$tmp/dyn.ort.npy"
   "$PARE" run "$qd" --input "$tmp/x.npy" --output "$tmp/dyn.pare.npy"
   "$PY" - "$tmp" <<'PYEOF' || failures+=("dynamic")
 import sys

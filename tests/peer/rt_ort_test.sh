@@ -19,10 +19,8 @@
 #     its logits are only compared when weights fit in 7 bits).
 # Env: PARE, PARE_SOURCE_DIR, PARE_BUILD_DIR as in ort_roundtrip_test.sh; PARE_RTPEER_N test images
 # (default 2000); PARE_RTPEER_TORCH=0 skips the torchvision models. Exits 77 without the peers.
-if [ ! -e /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz ]; then
-  echo "SKIP: Fashion-MNIST is not installed (dataset-fashion-mnist)"; exit 77
-fi
 source "$(dirname "${BASH_SOURCE[0]}")/ort_peer_lib.sh" rt-ort "numpy, onnx"
+need "Fashion-MNIST (dataset-fashion-mnist)" test -e /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz
 pare_run_args=(--engine rt)
 N=${PARE_RTPEER_N:-2000}
 

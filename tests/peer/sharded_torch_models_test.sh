@@ -4,17 +4,14 @@
 # parallel and pipeline (`pare launch --nproc-per-node 2 -- pare run --parallel tp|pp`), give the
 # whole model's outputs within 1e-5 and PyTorch's within 1e-4; each rank's share is printed.
 #
-# Env: PARE (the binary). Needs /usr/bin/python3 with torch and torchvision; exits 77 without them.
+# Env: PARE (the binary), PARE_PYTHON. Needs torch and torchvision in the peers' Python (tests/peers.sh).
 # PARE_PEER_MODELS=resnet18,transformer limits the run.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 PARE=${PARE:?set PARE to the pare binary}
-PY=${PARE_PEER_PYTHON:-/usr/bin/python3}
-if ! "$PY" -c 'import torch, torchvision, numpy' 2>/dev/null; then
-  echo "SKIP: $PY cannot import torch, torchvision and numpy (apt-get install python3-torch python3-torchvision)"
-  exit 77
-fi
+source "$here/../peers.sh"
+need_python "torch, torchvision, numpy"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/pare-sharded.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 "$PY" "$here/export_models.py" "$tmp" --only "${PARE_PEER_MODELS:-resnet18,mobilenet_v2,transformer}" >"$tmp/cases.txt"

@@ -8,12 +8,10 @@
 # onnx 1.12's full check (shape inference) cannot type sparse initializers (it reports "Input
 # tensors of wrong rank (0)" for any model that has them), so the plain checker is used here.
 #
-# Env: PARE, PARE_SOURCE_DIR, PARE_BUILD_DIR. Exits 77 (skipped) without the dataset, numpy/onnx in
-# /usr/bin/python3 or onnxruntime-node.
-if [ ! -e /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz ]; then
-  echo "SKIP: Fashion-MNIST is not installed (dataset-fashion-mnist)"; exit 77
-fi
+# Env: PARE, PARE_SOURCE_DIR, PARE_PYTHON. Without the dataset, numpy, onnx or onnxruntime the test
+# fails under make test and CI, and skips otherwise (tests/peers.sh).
 source "$(dirname "${BASH_SOURCE[0]}")/ort_peer_lib.sh" sparse-export "numpy, onnx"
+need "Fashion-MNIST (dataset-fashion-mnist)" test -e /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz
 
 # 2048 training images and 256 test images as .npy.
 "$PY" - "$tmp" <<'PYEOF'
@@ -60,14 +58,14 @@ PYEOF
 # The dense model in pare's libtorch interpreter is the reference.
 "$PARE" run "$tmp/dense.onnx" --input "$tmp/test.npy" --output "$tmp/ref.npy"
 rc=0
-node "$here/ort_run.js" "$tmp/sparse.onnx" --input "$tmp/test.npy" --output "$tmp/ort.npy" 2>"$tmp/err.txt" || rc=$?
+"$PY" "$here/ort_run.py" "$tmp/sparse.onnx" --input "$tmp/test.npy" --output "$tmp/ort.npy" 2>"$tmp/err.txt" || rc=$?
 if ((rc != 0)); then
   echo "FAIL: onnxruntime cannot run the sparse model (exit $rc):"; head -c 2000 "$tmp/err.txt"; echo
   failures+=("ort load")
 else
   "$PY" "$here/peer_util.py" compare "$tmp/ort.npy" "$tmp/ref.npy" --atol 1e-4 --scale-floor 1 \
     --label "sparse model in onnxruntime vs dense model in pare" || failures+=("ort values")
-  node "$here/ort_run.js" "$tmp/dense.onnx" --input "$tmp/test.npy" --output "$tmp/ort_dense.npy"
+  "$PY" "$here/ort_run.py" "$tmp/dense.onnx" --input "$tmp/test.npy" --output "$tmp/ort_dense.npy"
   "$PY" "$here/peer_util.py" compare "$tmp/ort.npy" "$tmp/ort_dense.npy" --atol 0 \
     --label "onnxruntime: sparse vs dense file" || failures+=("ort sparse vs dense")
 fi

@@ -6,21 +6,18 @@
 # first four run on both engines (the libtorch interpreter and pare_rt, `--engine rt`), the last
 # three on the interpreter (export_models.py lists the engines per model).
 #
-# Env: PARE (the binary), PARE_SOURCE_DIR. Needs /usr/bin/python3 with torch and torchvision
-# (Debian python3-torch, python3-torchvision); exits 77 (skipped) without them.
+# Env: PARE (the binary), PARE_SOURCE_DIR, PARE_PYTHON. Without torch and torchvision in the peers'
+# Python the test fails under make test and CI, and skips otherwise (tests/peers.sh).
 # PARE_PEER_MODELS=resnet18,transformer limits the run to some models.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 PARE=${PARE:?set PARE to the pare binary}
-PY=${PARE_PEER_PYTHON:-/usr/bin/python3}  # Debian python3 with python3-torch; `python3` may be another
 ATOL=1e-4   # max |pare - torch| <= ATOL + RTOL * max|torch|
 RTOL=0     # the issue asks for 1e-4 absolute
 
-if ! "$PY" -c 'import torch, torchvision, numpy' 2>/dev/null; then
-  echo "SKIP: $PY cannot import torch, torchvision and numpy (apt-get install python3-torch python3-torchvision)"
-  exit 77
-fi
+source "$here/../peers.sh"
+need_python "torch, torchvision, numpy"
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/pare-torch-export.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT

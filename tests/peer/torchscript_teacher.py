@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Writes TorchScript teachers and PyTorch's logits for tests/peer/torchscript_teacher_test.sh.
 
     torchscript_teacher.py OUTDIR

@@ -5,8 +5,7 @@
 #
 # The C++ side is the gtest TorchScriptTeacherPeer.WritesLogitsForTheScript in distill_tests, which
 # runs only when PARE_TS_PEER_DIR is set. Env: PARE_BUILD_DIR (for tests/distill_tests),
-# PARE_SOURCE_DIR. Needs /usr/bin/python3 with torch and numpy (Debian python3-torch); exits 77
-# (skipped) without them.
+# PARE_SOURCE_DIR. Needs torch and numpy in the peers\' Python (tests/peers.sh).
 source "$(dirname "${BASH_SOURCE[0]}")/gtest_peer_lib.sh" ts-teacher
 ATOL=1e-5   # max |pare - torch|
 
