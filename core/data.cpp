@@ -173,14 +173,18 @@ at::Tensor load_idx(const std::string& path) {
   PARE_CHECK(data.size() >= header, "IDX file '", path, "' is truncated: ", data.size(),
              " bytes, the header of ", ndim, " dims needs ", header);
   std::vector<int64_t> dims;
-  uint64_t numel = 1;
+  uint64_t span = 1;  // a 0 counts as 1: an empty tensor's other dims still make its strides
+  bool empty = false;
   for (int i = 0; i < ndim; ++i) {
     uint32_t d = read_be32(data, 4 + 4 * static_cast<size_t>(i));
     dims.push_back(d);
-    PARE_CHECK(d == 0 || numel <= std::numeric_limits<uint64_t>::max() / d, "IDX file '", path,
+    const uint64_t e = std::max<uint64_t>(d, 1);
+    PARE_CHECK(span <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) / e, "IDX file '", path,
                "' has dims too large");
-    numel *= d;
+    span *= e;
+    empty = empty || d == 0;
   }
+  const uint64_t numel = empty ? 0 : span;
   const uint64_t payload = data.size() - header;
   PARE_CHECK(payload == numel, "IDX file '", path, "' is ",
              payload < numel ? "truncated" : "longer than its header says", ": dims ",

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>  // at::NoGradGuard, which ATen.h no longer brings in 2.x
 
 #include <cstdint>
 #include <map>

@@ -61,18 +61,22 @@ Tensor empty_tensor(int elem_type, std::vector<int64_t> dims, int64_t nbytes) {
 }
 
 // Elements of `dims`, checking the rank, that each is in [0, kMaxDim] and the byte count fits in
-// int64.
+// int64. A 0 counts as 1 in that product: an empty tensor's other dims still make its strides,
+// which libtorch refuses to overflow ("Stride calculation overflowed", a c10::Error).
 int64_t checked_numel(const std::vector<int64_t>& dims, int64_t elem, const std::string& what) {
   PARE_CHECK(dims.size() <= kMaxRank, what, " has ", dims.size(), " dimensions; pare takes at most ", kMaxRank);
-  int64_t numel = 1;
+  int64_t span = 1;
+  bool empty = false;
   for (int64_t d : dims) {
     PARE_CHECK(d >= 0, what, " has a negative dimension in shape ", dims_str(dims));
     PARE_CHECK(d <= kMaxDim, what, " has dimension ", d, " in shape ", dims_str(dims), "; pare takes at most ", kMaxDim);
-    PARE_CHECK(d == 0 || numel <= std::numeric_limits<int64_t>::max() / elem / d, what, " has shape ",
-               dims_str(dims), ", too large to address");
-    numel *= d;
+    const int64_t e = std::max<int64_t>(d, 1);
+    PARE_CHECK(span <= std::numeric_limits<int64_t>::max() / elem / e, what, " has shape ", dims_str(dims),
+               ", too large to address");
+    span *= e;
+    empty = empty || d == 0;
   }
-  return numel;
+  return empty ? 0 : span;
 }
 
 // ---------------------------------------------------------------------------------------------

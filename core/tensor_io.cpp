@@ -39,15 +39,20 @@ std::string base_name(const std::string& path) {
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
-// numel * element size, or nullopt when a dim is negative or the product overflows.
+// numel * element size, or nullopt when a dim is negative or the product overflows. A 0 counts as
+// 1 in the overflow check: an empty tensor's other dims still make its strides, which libtorch
+// refuses to overflow (a c10::Error, not an InputError).
 std::optional<int64_t> byte_size(const std::vector<int64_t>& dims, int64_t elem) {
-  int64_t n = elem;
+  int64_t span = elem;
+  bool empty = false;
   for (int64_t d : dims) {
     if (d < 0) return std::nullopt;
-    if (d != 0 && n > std::numeric_limits<int64_t>::max() / d) return std::nullopt;
-    n *= d;
+    const int64_t e = std::max<int64_t>(d, 1);
+    if (span > std::numeric_limits<int64_t>::max() / e) return std::nullopt;
+    span *= e;
+    empty = empty || d == 0;
   }
-  return n;
+  return empty ? 0 : span;
 }
 
 // Bytes read at offsets, their size known: a file, or a buffer in memory.

@@ -1,5 +1,7 @@
 #include "dist/ddp.h"
 
+#include <ATen/core/grad_mode.h>
+
 #include "core/error.h"
 
 namespace pare::dist {

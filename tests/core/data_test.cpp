@@ -97,6 +97,17 @@ TEST(Idx, TruncatedFileThrowsNamingIt) {
   expect_input_error([&] { load_idx(header); }, {header, "truncated"});
 }
 
+// An empty tensor whose other dims overflow its strides: no data is needed (a 0 dim), but libtorch
+// refuses the strides with a c10::Error; the reader refuses it first (found by idx_fuzz on 2.x).
+TEST(Idx, AnEmptyTensorWithHugeOtherDimsIsRefused) {
+  TempDir tmp;
+  const std::string path = tmp.path() + "/huge-idx3-ubyte";
+  write_plain(path, idx_bytes({0, 0xffffffffu, 0xffffffffu}, {}));
+  expect_input_error([&] { load_idx(path); }, {path, "dims too large"});
+  write_plain(path, idx_bytes({0, 28, 28}, {}));
+  EXPECT_EQ(load_idx(path).sizes(), at::IntArrayRef({0, 28, 28}));
+}
+
 TEST(Idx, RejectsBadMagicExtraBytesAndMissingFiles) {
   TempDir tmp;
   const std::string dir = tmp.path();
