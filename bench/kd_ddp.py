@@ -102,7 +102,7 @@ def main():
         sys.exit(f"{WHO}: --batch {args.batch} must be a multiple of --nproc {n}")
     with tempfile.TemporaryDirectory(prefix="pare-kd-ddp.") as tmp:
         # kd_step's helpers read these fields.
-        args.threads, args.student_steps, args.teacher_split = n, args.steps, "test"
+        args.threads, args.student_steps, args.teacher_split, args.precision = n, args.steps, "test", "fp32"
         if not args.teacher:
             args.teacher = kd_step.make_teacher(args, tmp)
         kd_step.check_teacher(args, tmp)

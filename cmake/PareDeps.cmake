@@ -73,6 +73,17 @@ endif()
 if(NOT Torch_VERSION OR Torch_VERSION VERSION_LESS 2.0)
   message(FATAL_ERROR "pare: needs PyTorch 2.x, found '${Torch_VERSION}' in ${Torch_DIR}")
 endif()
+# The C++ standard follows the wheel: 2.11 needs C++17, later wheels (2.15's ATen.h says "C++20 or
+# later compatible compiler is required") need C++20, which g++ 12 has.
+if(TARGET torch_cpu)
+  get_target_property(_torch_inc_dirs torch_cpu INTERFACE_INCLUDE_DIRECTORIES)
+  list(GET _torch_inc_dirs 0 _torch_inc_dir)
+  file(STRINGS ${_torch_inc_dir}/ATen/ATen.h _needs_cxx20 REGEX "C\\+\\+20 or later compatible compiler is required")
+  if(_needs_cxx20 AND CMAKE_CXX_STANDARD LESS 20)
+    set(CMAKE_CXX_STANDARD 20)
+    message(STATUS "pare: PyTorch ${Torch_VERSION} needs C++20: compiling as C++20")
+  endif()
+endif()
 # CUDA and NCCL come with the libtorch (Debian's has neither): its CUDA libraries, and c10d's NCCL
 # backend when its targets were built with it (USE_C10D_NCCL).
 set(PARE_WITH_CUDA OFF)

@@ -120,8 +120,18 @@ void Module::run(const std::vector<at::Tensor>& inputs, std::vector<at::Tensor>&
       throw InputError(s.node->describe() + " failed on inputs of shape " + shapes + ": " +
                        what.substr(0, nl));
     }
-    for (size_t i = 0; i < s.out.size(); ++i)
-      if (s.out[i] >= 0 && i < outs.size()) slots[s.out[i]] = std::move(outs[i]);
+    for (size_t i = 0; i < s.out.size() && i < outs.size(); ++i) {
+      if (s.out[i] < 0) continue;
+      at::Tensor& o = outs[i];
+      // A one-channel input (a grayscale image) is channels-last and channels-first at once, and
+      // libtorch 2.x gives the first convolution of such a tensor a channels-first output: laid
+      // out again here, or every later layer runs channels-first (the channels-first max-pool
+      // took a quarter of a KD step's time on PyTorch 2.11).
+      if (memory_format_ != at::MemoryFormat::Contiguous && o.dim() == 4 && o.size(1) > 1 &&
+          at::isFloatingType(o.scalar_type()) && !o.is_contiguous(memory_format_))
+        o = o.contiguous(memory_format_);
+      slots[s.out[i]] = std::move(o);
+    }
   }
 }
 
