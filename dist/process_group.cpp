@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <functional>
+#include <mutex>
 
 #include "core/error.h"
 #include "dist/nccl.h"
@@ -212,8 +213,24 @@ std::shared_ptr<ProcessGroup> ProcessGroup::connect(const World& world, std::chr
   return connect(world, Backend::kGloo, at::kCPU, timeout);
 }
 
+// c10d's FlightRecorder (PyTorch 2.x) keeps a record of every collective, with a captured
+// traceback, for debugging NCCL hangs from Python: a cost on every collective that pare never
+// reads, and in 2.11 it inserts into a std::map before taking its lock, so groups recording at once
+// in one process race (a SEGV under ASan in dist's tests, whose ranks are threads). Off unless the
+// user asks for it; c10d reads the variable when it first records.
+namespace {
+void flight_recorder_off_unless_asked() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (!std::getenv("TORCH_FR_BUFFER_SIZE") && !std::getenv("TORCH_NCCL_TRACE_BUFFER_SIZE"))
+      ::setenv("TORCH_FR_BUFFER_SIZE", "0", 0);
+  });
+}
+}  // namespace
+
 std::shared_ptr<ProcessGroup> ProcessGroup::connect(const World& world, Backend backend, const at::Device& device,
                                                     std::chrono::milliseconds timeout) {
+  flight_recorder_off_unless_asked();
   if (backend == Backend::kNccl) parse_backend("nccl", device);  // checked: built with NCCL, a CUDA device
   return std::make_shared<C10dGroup>(world, backend, device, timeout);
 }
