@@ -1,5 +1,5 @@
 // Ranks and process groups for data-parallel training, on PyTorch's own c10d (Gloo on CPU; NCCL
-// when libtorch has CUDA), behind one small shim that compiles against libtorch 1.13 and 2.x.
+// when libtorch has CUDA), behind one small shim (dist/process_group.cpp).
 //
 //   auto world = dist::World::from_env();             // torchrun's or pare launch's variables
 //   if (world.distributed()) {
@@ -53,9 +53,9 @@ Backend parse_backend(const std::string& name, const at::Device& device);
 const char* backend_name(Backend b);
 
 /// A process group: collectives over every rank of the World, in the same order on every rank.
-/// Tensors are CPU tensors with Gloo (or CUDA tensors on a CUDA libtorch), CUDA tensors with NCCL. Collectives the
-/// 1.13 Gloo backend lacks are covered here: kAvg (sum, then divide), bfloat16 and float16 (reduced
-/// in float32), reduce_scatter (all-reduce, keep this rank's slice).
+/// Tensors are CPU tensors with Gloo (or CUDA tensors on a CUDA libtorch), CUDA tensors with NCCL. Collectives
+/// the Gloo backend lacks are covered here, the same way on every backend: kAvg (sum, then divide),
+/// bfloat16 and float16 (reduced in float32), reduce_scatter (all-reduce, keep this rank's slice).
 class ProcessGroup {
  public:
   /// Connects every rank (blocks until all of them have joined, or throws Error after `timeout`

@@ -14,7 +14,7 @@ train=("$PARE" train --model mlp:784-32-10 --data "$data" --epochs 3 --batch-siz
 expect_exit 0 "" -- "$PARE" launch --nproc-per-node 2 -- "${train[@]}" --metrics "$work/two.jsonl" --out "$work/two.onnx"
 compare_runs "$work/one.jsonl" "$work/two.jsonl" "$work/one.onnx" "$work/two.onnx" "2 ranks = 1 rank"
 
-# The same job under torchrun (Debian's python3-torch), with its agent-hosted store.
+# The same job under torchrun (the .venv's PyTorch), with its agent-hosted store.
 if "$PY" -c 'import torch.distributed.run' 2>/dev/null; then
   port=$(free_port)
   expect_exit 0 "" -- "$PY" -m torch.distributed.run --no_python --nproc_per_node 2 --redirects=1 --tee=1 \
