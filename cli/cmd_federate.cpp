@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "core/file_util.h"
 #include "core/onnx_io.h"
+#include "core/process.h"
 #include "core/tensor_io.h"
 #include "federated/client.h"
 #include "federated/server.h"
@@ -266,14 +267,14 @@ struct Simulation {
   std::string data, partition = "dirichlet:0.5", out;
   int64_t clients = 10, byzantine = 0, train_samples = 0, distill_samples = 5000;
 
-  static std::string pare() { return self_executable("pare federate simulate"); }
+  static std::string pare() { return core::self_executable("pare federate simulate"); }
 
   // Starts `args` with stdout and stderr into `log` ("": stdout to the inherited stderr, since the
   // server's JSON summary is not simulate's); it dies with this process.
   static pid_t spawn(const std::vector<std::string>& args, const std::string& log) {
     const int fd = log.empty() ? 2 : ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) throw Error("pare federate simulate: cannot write " + log + ": " + std::strerror(errno));
-    const pid_t pid = spawn_child(args, "pare federate simulate", [&] {
+    const pid_t pid = core::spawn_child(args, "pare federate simulate", [&] {
       ::dup2(fd, 1);
       if (fd != 2) ::dup2(fd, 2);
     });

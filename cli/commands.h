@@ -9,8 +9,6 @@
 #include <string>
 #include <vector>
 
-#include <sys/types.h>
-
 #include "core/data.h"
 #include "core/graph.h"
 #include "distill/teacher.h"
@@ -38,15 +36,6 @@ void add_federate(CLI::App& app, Action& action);
 
 /// Adds every subcommand above to `app` (main, and the pipeline to check a recipe's stages).
 void add_commands(CLI::App& app, Action& action);
-
-/// This executable's path (/proc/self/exe), for commands that run pare again; `who` names the
-/// command in the error.
-std::string self_executable(const std::string& who);
-
-/// Forks and runs `args` (args[0] a path). The child first restores SIGINT and SIGTERM to their
-/// defaults and runs `setup` (redirections, chdir: system calls only, no allocation), and is killed
-/// when this process dies, even by SIGKILL. Returns its pid; throws Error naming `who` when fork fails.
-pid_t spawn_child(const std::vector<std::string>& args, const std::string& who, const std::function<void()>& setup);
 
 /// Sets libtorch's intra-op thread count (0 keeps its default).
 void set_threads(int threads);

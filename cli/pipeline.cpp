@@ -28,6 +28,7 @@
 #include "core/data.h"
 #include "core/error.h"
 #include "core/file_util.h"
+#include "core/process.h"
 #include "core/torch_compat.h"
 
 namespace pare::cli {
@@ -156,7 +157,7 @@ void write_json(const std::string& path, const json& j) { write_file_atomic(path
 
 class Runner {
  public:
-  Runner(const Recipe& r, PipelineOptions o) : r_(r), o_(std::move(o)), self_(self_executable("pare pipeline")) {
+  Runner(const Recipe& r, PipelineOptions o) : r_(r), o_(std::move(o)), self_(core::self_executable("pare pipeline")) {
     if (o_.run_dir.empty()) o_.run_dir = "runs/" + r_.name;
   }
   int run();
@@ -237,7 +238,7 @@ int Runner::spawn(const std::vector<std::string>& args, const std::string& out_f
   }
   pid_t pid = -1;
   try {
-    pid = spawn_child(args, "pare pipeline", [&] {
+    pid = core::spawn_child(args, "pare pipeline", [&] {
       if (::chdir(o_.run_dir.c_str()) != 0) ::_exit(126);
       ::dup2(fds[1], 2);
       ::dup2(out_fd < 0 ? fds[1] : out_fd, 1);
