@@ -67,7 +67,7 @@ void add_distill(CLI::App& app, Action& action) {
   cmd->callback([&action, o] {
     action = [o] {
       const TrainingRun& run = o->run;
-      distill::TrainerOptions topts = run.start();
+      train::TrainerOptions topts = run.start();
       distill::DistillLossOptions lopts = o->loss;
       lopts.seed(topts.seed_);
       for (auto& h : o->hints) {
@@ -80,7 +80,7 @@ void add_distill(CLI::App& app, Action& action) {
       }
       lopts.validate();
       auto teacher = o->sharding.load(o->teachers, o->teacher_weights, topts.seed_, topts.process_group_, run.quiet);
-      const bool sharded = dynamic_cast<distill::ShardedTeacher*>(teacher.get()) != nullptr;
+      const bool sharded = dynamic_cast<engine::ShardedEngine*>(teacher.get()) != nullptr;
       core::Graph g = [&] {
         if (!distill::is_derived_spec(o->student)) return core::load_model(o->student, topts.seed_);
         PARE_CHECK(o->teachers.size() == 1, "--student ", o->student, " derives the student from one teacher, but ",
@@ -104,7 +104,7 @@ void add_distill(CLI::App& app, Action& action) {
       // The teacher's accuracy on the same split, for the side-by-side report (a cache holds only
       // the training rows). A sharded teacher's forward is collective: every rank takes part.
       double teacher_acc = -1;
-      const bool cached = dynamic_cast<distill::CachedTeacher*>(teacher.get()) != nullptr;
+      const bool cached = dynamic_cast<engine::CachedEngine*>(teacher.get()) != nullptr;
       if (!run.no_val && !cached && (topts.is_writer() || sharded)) {
         at::NoGradGuard no_grad;
         int64_t correct = 0;

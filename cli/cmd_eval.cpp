@@ -9,7 +9,7 @@
 #include "core/module.h"
 #include "core/onnx_io.h"
 #include "distill/teacher.h"
-#include "distill/trainer.h"
+#include "train/trainer.h"
 
 namespace pare::cli {
 
@@ -38,22 +38,22 @@ void add_eval(CLI::App& app, Action& action) {
   cmd->add_flag("--json", o->json, "Print the result as JSON");
   cmd->callback([&action, o] {
     action = [o] {
-      set_threads(o->threads);
+      train::set_threads(o->threads);
       PARE_CHECK(o->batch_size >= 1, "--batch-size must be at least 1, got ", o->batch_size);
       core::Graph g = core::load_model(o->model);
       core::TensorDataset ds = core::load_dataset(o->data, o->split);
       std::string norm = o->normalize;
       if (norm.empty() && g.metadata.count("pare.normalize")) norm = g.metadata["pare.normalize"];
       if (!norm.empty()) core::normalize(ds, norm);
-      distill::EvalResult r;
+      train::EvalResult r;
       check_engine_device(o->engine, o->device);
       if (o->engine == "rt") {
-        distill::RtTeacher rt(o->model);  // a model run by pare_rt, as a teacher is
-        r = distill::evaluate([&](const at::Tensor& x) { return rt.logits(x); }, ds, o->batch_size, rt.describe());
+        engine::RtEngine rt(o->model);  // a model run by pare_rt, as a teacher is
+        r = train::evaluate([&](const at::Tensor& x) { return rt.logits(x); }, ds, o->batch_size, rt.describe());
       } else {
         core::Module model(std::move(g));
         model.to(resolve_device(o->device));
-        r = distill::evaluate(model, ds, o->batch_size);
+        r = train::evaluate(model, ds, o->batch_size);
       }
       if (o->json) {
         std::cout << nlohmann::json{{"model", o->model}, {"data", o->data}, {"split", o->split}, {"engine", o->engine},

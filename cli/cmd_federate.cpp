@@ -121,7 +121,7 @@ struct ServerFlags {
 
   // Runs the server; prints the summary.
   void run() const {
-    set_threads(threads);
+    train::set_threads(threads);
     std::vector<core::Graph> graphs;
     for (size_t k = 0; k < models.size(); ++k) graphs.push_back(core::load_model(models[k], server.seed + k));
     core::TensorDataset val, root, dis;
@@ -244,7 +244,7 @@ void add_client(CLI::App* fed, Action& action) {
       ->group("Attack (experiments)");
   cmd->callback([&action, o] {
     action = [o] {
-      set_threads(o->threads);
+      train::set_threads(o->threads);
       o->client.attack = federated::parse_attack(o->attack.attack);
       core::TensorDataset ds = o->data.load();
       if (!o->client.quiet)

@@ -41,13 +41,13 @@ struct PruneCli {
 double accuracy(const core::Graph& g, const core::TensorDataset* val, int64_t batch) {
   if (!val) return -1;
   core::Module m(g);
-  return distill::evaluate(m, *val, batch).accuracy;
+  return train::evaluate(m, *val, batch).accuracy;
 }
 
 // Fine-tunes or distils `student` for the trainer's epochs; `configure` adds callbacks.
-void recover(PruneCli& o, core::Module& student, const distill::TrainerOptions& topts,
+void recover(PruneCli& o, core::Module& student, const train::TrainerOptions& topts,
              const core::TensorDataset& train, const core::TensorDataset* val,
-             const std::function<void(distill::Trainer&)>& configure) {
+             const std::function<void(train::Trainer&)>& configure) {
   distill::TeacherSource source{o.teachers, o.teacher_weights, o.loss, nullptr};
   if (!o.run.quiet)
     source.on_start = [](const distill::Teacher& t, const distill::DistillLossOptions& l) {
@@ -85,7 +85,7 @@ struct PruneJob {
   core::Graph model;
   core::TensorDataset train, val;
   const core::TensorDataset* val_ptr = nullptr;
-  distill::TrainerOptions topts;
+  train::TrainerOptions topts;
   prune::MaskOptions masks;  // magnitude / nm
   int64_t epochs = 0;
   double acc_pruned = -1;                          // right after a one-shot prune, before recovery
@@ -145,11 +145,11 @@ core::Graph prune_weights(PruneCli& o, PruneJob& job, const std::vector<prune::W
       std::fprintf(stderr, "  %s left dense: its input dimension is not a multiple of %lld\n", s.c_str(), (long long)o.m);
   }
   if (job.epochs > 0)
-    recover(o, student, topts, job.train, job.val_ptr, [&](distill::Trainer& t) {
+    recover(o, student, topts, job.train, job.val_ptr, [&](train::Trainer& t) {
       if (topts.resume_ && file_exists(topts.checkpoint_)) pruning.resume_from_weights();
       t.on_after_backward([&pruning] { pruning.before_step(); });
       t.on_step([&pruning](int64_t step, double) { pruning.after_step(step); });
-      t.on_epoch([&](const distill::EpochStats& es) {
+      t.on_epoch([&](const train::EpochStats& es) {
         const double s = prune::measure_sparsity(prune::lookup_in(student), targets).sparsity();
         job.curve.push_back({{"epoch", es.epoch}, {"sparsity", s}, {"val_accuracy", es.val_accuracy}});
         if (!o.run.quiet) std::fprintf(stderr, "  sparsity after epoch %lld: %.2f%%\n", (long long)es.epoch, s * 100);
@@ -204,7 +204,7 @@ void report(const PruneCli& o, const PruneJob& job, const core::ModelSummary& be
 
 void run_prune(PruneCli& o) {
   TrainingRun& run = o.run;
-  set_threads(run.threads);
+  train::set_threads(run.threads);
   check_flags(o);
   PruneJob job;
   job.masks = prune::MaskOptions()

@@ -16,7 +16,7 @@
 #include "core/onnx_io.h"
 #include "distill/distiller.h"
 #include "distill/teacher.h"
-#include "distill/trainer.h"
+#include "train/trainer.h"
 #include "quantize/dynamic.h"
 #include "quantize/ptq.h"
 #include "quantize/qat.h"
@@ -70,7 +70,7 @@ void run_qat(QuantizeOpts& o, const core::Graph& g, const at::Tensor& calib_x, c
   run.json = o.json;
   run.threads = o.threads;
   run.trainer.batch_size(o.batch_size).seed(o.seed);
-  distill::TrainerOptions topts = run.start();
+  train::TrainerOptions topts = run.start();
   quantize::QatModel m =
       quantize::prepare_qat(g, calib_x, quantize::QatOptions().ptq(popts).learn_scales(o.learn_scales));
   core::Graph fq = m.graph;
@@ -87,7 +87,7 @@ void run_qat(QuantizeOpts& o, const core::Graph& g, const at::Tensor& calib_x, c
   else if (talk)
     std::fprintf(stderr, "quantization-aware training of %s on %s (cross entropy, no teacher)\n", o.model.c_str(),
                  train.name.c_str());
-  const std::vector<distill::EpochStats> history = distill::fine_tune(student, source, topts, train, val_ptr);
+  const std::vector<train::EpochStats> history = distill::fine_tune(student, source, topts, train, val_ptr);
   if (!topts.is_writer()) return;  // rank 0 converts and writes
   quantize::PtqResult r = quantize::convert_qat(m, student.to_graph(), calib_x);
   if (!norm.empty()) r.graph.metadata["pare.normalize"] = norm;
@@ -98,7 +98,7 @@ void run_qat(QuantizeOpts& o, const core::Graph& g, const at::Tensor& calib_x, c
   if (val_ptr) {
     // The written QDQ graph on the validation split: the same numbers as the fake-quant graph.
     core::Module qdq(r.graph);
-    const double acc = distill::evaluate(qdq, *val_ptr).accuracy;
+    const double acc = train::evaluate(qdq, *val_ptr).accuracy;
     qat["fake_quant_accuracy"] = history.empty() ? -1.0 : history.back().val_accuracy;
     qat["accuracy"] = acc;
     if (!o.quiet)
@@ -304,7 +304,7 @@ void add_quantize(CLI::App& app, Action& action) {
       "--teacher cnn.onnx --epochs 2 --out mlp.w4.onnx");
   cmd->callback([&action, o] {
     action = [o] {
-      set_threads(o->threads);
+      train::set_threads(o->threads);
       if (o->dynamic) run_dynamic(*o);
       else if (!o->weight_only.empty()) run_weight_only(*o);
       else run_static(*o);

@@ -104,7 +104,7 @@ void run_rt(const RunOpts& o) {
 }
 
 void run_torch(const RunOpts& o) {
-  set_threads(o.threads);
+  train::set_threads(o.threads);
   core::Graph g = core::load_model(o.model);
   std::vector<std::string> names;
   for (auto& in : g.inputs) names.push_back(in.name);

@@ -50,7 +50,7 @@ void add_teacher_cache(CLI::App& app, Action& action) {
   cmd->footer("Under pare launch or torchrun every rank caches its slice of the rows; rank 0 writes the index.");
   cmd->callback([&action, o] {
     action = [o] {
-      set_threads(o->threads);
+      train::set_threads(o->threads);
       o->cache.seed = o->seed;
       o->cache.progress = !o->quiet && ::isatty(2);
       const dist::World world = dist::World::from_env();

@@ -24,7 +24,7 @@ void add_train(CLI::App& app, Action& action) {
   cmd->callback([&action, o] {
     action = [o] {
       const TrainingRun& run = o->run;
-      distill::TrainerOptions opts = run.start();
+      train::TrainerOptions opts = run.start();
       core::Graph g = core::load_model(o->model, opts.seed_);
       core::TensorDataset train, val;
       const core::TensorDataset* val_ptr = run.load_data(train, val, g, opts);
@@ -33,7 +33,7 @@ void add_train(CLI::App& app, Action& action) {
         std::fprintf(stderr, "training %s (%lld parameters) on %s: %lld samples, %lld epochs\n",
                      o->model.c_str(), (long long)model.parameter_count(), train.name.c_str(),
                      (long long)train.size(), (long long)opts.epochs_);
-      auto history = distill::Trainer(model, opts).fit(train, val_ptr);
+      auto history = train::Trainer(model, opts).fit(train, val_ptr);
       core::Graph trained = model.to_graph();
       trained.metadata["pare.trained_on"] = run.data;
       if (!opts.is_writer()) return;  // rank 0 writes the model and reports

@@ -11,8 +11,9 @@
 
 #include "core/data.h"
 #include "core/graph.h"
-#include "distill/teacher.h"
-#include "distill/trainer.h"
+#include "distill/teacher_placement.h"
+#include "train/run.h"
+#include "train/trainer.h"
 
 namespace pare::cli {
 
@@ -37,9 +38,6 @@ void add_federate(CLI::App& app, Action& action);
 /// Adds every subcommand above to `app` (main, and the pipeline to check a recipe's stages).
 void add_commands(CLI::App& app, Action& action);
 
-/// Sets libtorch's intra-op thread count (0 keeps its default).
-void set_threads(int threads);
-
 /// Adds --device to `cmd` (cpu, cuda, cuda:N or auto; `what` says what runs there).
 CLI::Option* add_device_option(CLI::App* cmd, std::string& device, const std::string& what);
 /// The device --device names for this process: cuda and auto take GPU LOCAL_RANK under a launcher.
@@ -48,13 +46,10 @@ at::Device resolve_device(const std::string& spec);
 /// Throws InputError when --engine rt (pare_rt, CPU only) is given a --device other than cpu/auto.
 void check_engine_device(const std::string& engine, const std::string& device);
 
-/// What train and distill share: data, validation, trainer options and output control.
-struct TrainingRun {
-  std::string data, normalize, val_split = "test", augment, device = "auto", precision = "fp32", backend = "auto";
-  double timeout = 300;  // seconds a rank waits for the others (--timeout)
-  distill::TrainerOptions trainer = distill::TrainerOptions().batch_size(128).epochs(5);
-  bool quiet = false, json = false, no_val = false;
-  int threads = 0;
+/// What train and distill share: the run's set-up (train::RunSetup: data, validation, trainer
+/// options, device, ranks) and its flags, plus output control.
+struct TrainingRun : train::RunSetup {
+  bool json = false;
 
   /// Adds --data (required unless `data_optional`: a command that can work without data checks
   /// what needs it), the trainer's options (epochs, lr, schedule, checkpoints, ...), --normalize,
@@ -65,29 +60,12 @@ struct TrainingRun {
   /// `skip` are left to the command (which declares them for a purpose of its own).
   void add_training_options(CLI::App* cmd, const std::string& group, CLI::Option* needs = nullptr,
                             const std::set<std::string>& skip = {});
-  /// Sets the thread count, resolves --device, --precision and --backend, connects the ranks under a
-  /// launcher, and returns the validated trainer options.
-  distill::TrainerOptions start() const;
-  /// Loads the train split into `train` and, unless --no-val, the validation split into `val`;
-  /// applies --normalize to both and records it in `model`'s metadata; sets `opts`' augmentation
-  /// from --augment (checked against the data). Returns &val or nullptr.
-  const core::TensorDataset* load_data(core::TensorDataset& train, core::TensorDataset& val,
-                                       core::Graph& model, distill::TrainerOptions& opts) const;
 };
 
-/// How teachers are run: --teacher-engine (libtorch or pare_rt), and --teacher-parallel /
-/// --teacher-memory for a teacher sharded over the ranks (dist/shard.h).
-struct TeacherSharding {
-  std::string mode = "none", engine = "torch";
-  double memory_mb = 0;
-
+/// How teachers are run (distill::TeacherPlacement) and its flags: --teacher-engine (libtorch or
+/// pare_rt), and --teacher-parallel / --teacher-memory for a teacher sharded over the ranks.
+struct TeacherSharding : distill::TeacherPlacement {
   void add_options(CLI::App* cmd);
-  /// The teacher of `specs` (an ensemble of several), sharded over `pg`'s ranks when the mode asks
-  /// for it; auto's choice and the shard report go to stderr on rank 0 unless `quiet`. Throws
-  /// InputError when the teachers cannot be sharded or `pg` is null (one process).
-  std::unique_ptr<distill::Teacher> load(const std::vector<std::string>& specs, const std::vector<double>& weights,
-                                         uint64_t seed, const std::shared_ptr<dist::ProcessGroup>& pg,
-                                         bool quiet) const;
 };
 
 }  // namespace pare::cli

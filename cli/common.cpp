@@ -31,11 +31,6 @@ void add_commands(CLI::App& app, Action& action) {
 #endif
 }
 
-void set_threads(int threads) {
-  PARE_CHECK(threads >= 0, "--threads must be >= 0, got ", threads);
-  if (threads > 0) at::set_num_threads(threads);
-}
-
 CLI::Option* add_device_option(CLI::App* cmd, std::string& device, const std::string& what) {
   return cmd->add_option("--device", device,
                          "Where " + what + " runs: cpu, cuda (under pare launch or torchrun: GPU LOCAL_RANK), "
@@ -65,42 +60,6 @@ void TeacherSharding::add_options(CLI::App* cmd) {
   cmd->add_option("--teacher-memory", memory_mb,
                   "Memory per process (MB): --teacher-parallel auto plans with it (default: RAM / local ranks), "
                   "and a pipeline stage's weights take at most half of it");
-}
-
-std::unique_ptr<distill::Teacher> TeacherSharding::load(const std::vector<std::string>& specs,
-                                                        const std::vector<double>& weights, uint64_t seed,
-                                                        const std::shared_ptr<dist::ProcessGroup>& pg,
-                                                        bool quiet) const {
-  auto chosen = dist::parse_teacher_parallel(mode, "--teacher-parallel");
-  const auto eng = distill::parse_teacher_engine(engine, "--teacher-engine");
-  if (chosen == dist::TeacherParallel::kNone) return distill::load_teachers(specs, weights, seed, eng);
-  PARE_CHECK(eng == distill::TeacherEngine::kTorch, "--teacher-parallel ", mode, " shards the teacher in the libtorch "
-             "interpreter; it does not combine with --teacher-engine rt");
-  PARE_CHECK(specs.size() == 1, "--teacher-parallel ", mode, " shards one teacher, got ", specs.size());
-  distill::normalize_teacher_weights(weights, 1);  // checked as for a whole teacher
-  const std::string& spec = specs[0];
-  core::Graph g = distill::load_teacher_graph(spec, seed);
-  const dist::World world = dist::World::from_env();
-  const bool talk = !quiet && world.rank == 0;
-  if (chosen == dist::TeacherParallel::kAuto) {
-    const int64_t memory = memory_mb > 0 ? static_cast<int64_t>(memory_mb * 1e6)
-                                         : static_cast<int64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGE_SIZE) /
-                                               std::max(1, world.local_world_size);
-    auto choice = dist::choose_teacher_parallel(g, world, memory);
-    if (talk)
-      std::fprintf(stderr, "--teacher-parallel auto: %s, because %s\n", dist::teacher_parallel_name(choice.mode),
-                   choice.why.c_str());
-    chosen = choice.mode;
-    if (chosen == dist::TeacherParallel::kNone) return std::make_unique<distill::GraphTeacher>(std::move(g), spec);
-  }
-  PARE_CHECK(pg != nullptr, "--teacher-parallel ", mode, " needs more than one process: "
-             "start the job with pare launch --nproc-per-node N -- pare ...");
-  // With --teacher-memory a pipeline stage's weights take at most half of it (the rest is for
-  // activations), as auto assumes.
-  const int64_t stage_limit = memory_mb > 0 ? static_cast<int64_t>(memory_mb * 1e6 / 2) : 0;
-  auto teacher = std::make_unique<distill::ShardedTeacher>(g, spec, chosen, pg->new_group("teacher"), stage_limit);
-  if (talk) std::fprintf(stderr, "%s", teacher->report().to_text().c_str());
-  return teacher;
 }
 
 void TrainingRun::add_options(CLI::App* cmd, bool data_optional, const std::set<std::string>& skip) {
@@ -166,53 +125,6 @@ void TrainingRun::add_training_options(CLI::App* cmd, const std::string& group, 
   option("--augment", augment,
          "Random views of each training image: flip, shift=PIXELS or both (flip,shift=2); a teacher sees the "
          "same view");
-}
-
-distill::TrainerOptions TrainingRun::start() const {
-  set_threads(threads);
-  distill::TrainerOptions opts = trainer;
-  opts.progress(!quiet);
-  const dist::World world = dist::World::from_env();
-  opts.device(core::parse_device(device, world.local_rank));
-  opts.precision(core::parse_precision(precision));
-  opts.validate();
-  const dist::Backend be = dist::parse_backend(backend, opts.device_);
-  PARE_CHECK_OPTION(timeout > 0, "timeout", "must be > 0 seconds, got ", timeout);
-  // Under pare launch or torchrun (WORLD_SIZE > 1): data parallel over the ranks.
-  if (world.distributed()) {
-    opts.process_group(dist::ProcessGroup::connect(
-        world, be, opts.device_, std::chrono::milliseconds(static_cast<int64_t>(timeout * 1000))));
-    if (!quiet && world.rank == 0)
-      std::fprintf(stderr, "data parallel over %d ranks (%s, %s): global batch %lld, %lld per rank\n",
-                   world.world_size, dist::backend_name(be), opts.device_.str().c_str(), (long long)opts.batch_size_,
-                   (long long)(opts.batch_size_ / world.world_size));
-  }
-  if (!quiet && world.rank == 0 && (!opts.device_.is_cpu() || opts.precision_ != core::Precision::kFp32))
-    std::fprintf(stderr, "device %s, precision %s\n", opts.device_.str().c_str(), core::precision_name(opts.precision_));
-  return opts;
-}
-
-const core::TensorDataset* TrainingRun::load_data(core::TensorDataset& train, core::TensorDataset& val,
-                                                  core::Graph& model, distill::TrainerOptions& opts) const {
-  if (!augment.empty()) opts.augment(core::parse_augment(augment));
-  train = core::load_dataset(data, "train");
-  if (!no_val) val = core::load_dataset(data, val_split);
-  PARE_CHECK(!opts.augment_.any() || (train.x.dim() == 4 && train.x.is_floating_point()), "--augment ",
-             augment, ": the training set '", data, "' is not images [N, C, H, W] but ",
-             train.x.scalar_type(), " ", train.x.sizes());
-  if (!normalize.empty()) {
-    core::normalize(train, normalize);
-    if (!no_val) core::normalize(val, normalize);
-    model.metadata["pare.normalize"] = normalize;
-    if (opts.augment_.any()) {
-      // Pixels shifted in are black (0) before normalization.
-      core::TensorDataset black{at::zeros({1, train.x.size(1), 1, 1}), at::zeros({1}, at::kLong), "fill"};
-      core::normalize(black, normalize);
-      at::Tensor f = black.x.flatten().contiguous();
-      opts.augment_.fill.assign(f.data_ptr<float>(), f.data_ptr<float>() + f.numel());
-    }
-  }
-  return no_val ? nullptr : &val;
 }
 
 }  // namespace pare::cli

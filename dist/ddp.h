@@ -1,5 +1,5 @@
 // Data parallel pieces: the per-rank shard of an epoch's order and the bucketed gradient
-// all-reduce. distill::Trainer wires them in when it is given a ProcessGroup.
+// all-reduce. train::Trainer wires them in when it is given a ProcessGroup.
 #pragma once
 
 #include <ATen/ATen.h>

@@ -104,7 +104,7 @@ ShardedModel::ShardedModel(const Graph& g, TeacherParallel mode, std::shared_ptr
   PARE_CHECK(!impl_->shard.output_sizes.empty(), "model '", g.name, "': its first output has no batch dimension");
   impl_->module = std::make_unique<core::Module>(impl_->shard.graph, core::Module::Use::kFrozen);
   impl_->module->eval();
-  // As GraphTeacher: libtorch's CPU convolutions are much faster channels-last.
+  // As engine::TorchEngine: libtorch's CPU convolutions are much faster channels-last.
   impl_->module->set_memory_format(at::MemoryFormat::ChannelsLast);
   ProcessGroup* group = pg.get();
   impl_->module->set_collective([group](const Node& n, const at::Tensor& t) -> at::Tensor {

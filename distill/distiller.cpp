@@ -32,10 +32,10 @@ void check_distill_setup(Teacher& teacher, core::Module& student, const DistillL
   check_compatible(teacher, student, example);
 }
 
-std::vector<EpochStats> distill(core::Module& student, Teacher& teacher,
-                                const DistillLossOptions& loss_opts, const TrainerOptions& trainer_opts,
+std::vector<train::EpochStats> distill(core::Module& student, Teacher& teacher,
+                                const DistillLossOptions& loss_opts, const train::TrainerOptions& trainer_opts,
                                 const core::TensorDataset& train, const core::TensorDataset* val,
-                                const std::function<void(Trainer&)>& configure) {
+                                const std::function<void(train::Trainer&)>& configure) {
   PARE_CHECK(train.size() > 0, "the training set '", train.name, "' is empty");
   core::require_labels(train, "distillation (the hard-label loss and the accuracy)");
   // The student, the teacher and the loss's own tensors (hint projections) live on the trainer's
@@ -45,7 +45,7 @@ std::vector<EpochStats> distill(core::Module& student, Teacher& teacher,
   teacher.to(device);
   at::Tensor example = train.x.narrow(0, 0, std::min<int64_t>(2, train.size())).to(device);
   check_distill_setup(teacher, student, loss_opts, example);
-  if (auto* cache = dynamic_cast<CachedTeacher*>(&teacher)) {
+  if (auto* cache = dynamic_cast<engine::CachedEngine*>(&teacher)) {
     cache->check(train, loss_opts.temperature_);
     if (trainer_opts.augment_.any())
       throw InputError(cache->describe() + " holds the teacher's outputs on the original images; augment needs a "
@@ -65,24 +65,24 @@ std::vector<EpochStats> distill(core::Module& student, Teacher& teacher,
     loss->prepare(student.forward_values({example}, student_needed), teacher.forward_batch(first, teacher_needed));
     student.train(was_training);
   }
-  Trainer trainer(student, trainer_opts);
+  train::Trainer trainer(student, trainer_opts);
   trainer.set_loss(
       [&teacher, loss, student_needed, teacher_needed, student_logits](core::Module& m, const core::Batch& b) {
         auto t = teacher.forward_batch(b, teacher_needed);  // once per batch, no grad
         auto s = m.forward_values({b.x}, student_needed);
         LossParts parts = loss->compute(s, t, b.y, student_logits, "logits");
-        return StepOutput{parts.total, s.at(student_logits), parts.parts};
+        return train::StepOutput{parts.total, s.at(student_logits), parts.parts};
       },
       loss->parameters());
   if (configure) configure(trainer);
   return trainer.fit(train, val);
 }
 
-std::vector<EpochStats> fine_tune(core::Module& student, const TeacherSource& teachers,
-                                  const TrainerOptions& trainer, const core::TensorDataset& train,
-                                  const core::TensorDataset* val, const std::function<void(Trainer&)>& configure) {
+std::vector<train::EpochStats> fine_tune(core::Module& student, const TeacherSource& teachers,
+                                  const train::TrainerOptions& trainer, const core::TensorDataset& train,
+                                  const core::TensorDataset* val, const std::function<void(train::Trainer&)>& configure) {
   if (teachers.specs.empty()) {
-    Trainer t(student, trainer);
+    train::Trainer t(student, trainer);
     if (configure) configure(t);
     return t.fit(train, val);
   }

@@ -1,10 +1,10 @@
 // Distillation = the Trainer's loop + a Teacher + a DistillLoss. This is what `pare distill` runs.
 //
-//   auto teacher = distill::load_teacher("teacher.onnx");
+//   auto teacher = engine::load("teacher.onnx");
 //   core::Module student(core::load_model("mlp:784-300-100-10", 1));
 //   auto history = distill::distill(student, *teacher,
 //       distill::DistillLossOptions().temperature(4).alpha(0.9),
-//       distill::TrainerOptions().epochs(10).lr(1e-3), train, &test);
+//       train::TrainerOptions().epochs(10).lr(1e-3), train, &test);
 #pragma once
 
 #include <functional>
@@ -15,7 +15,7 @@
 #include "core/module.h"
 #include "distill/losses.h"
 #include "distill/teacher.h"
-#include "distill/trainer.h"
+#include "train/trainer.h"
 
 namespace pare::distill {
 
@@ -29,10 +29,10 @@ void check_distill_setup(Teacher& teacher, core::Module& student, const DistillL
 /// with the student and saved in its checkpoints, never in the student itself. `configure`, when
 /// given, is called with the trainer before training starts (to add callbacks such as a pruning
 /// schedule's).
-std::vector<EpochStats> distill(core::Module& student, Teacher& teacher,
-                                const DistillLossOptions& loss, const TrainerOptions& trainer,
+std::vector<train::EpochStats> distill(core::Module& student, Teacher& teacher,
+                                const DistillLossOptions& loss, const train::TrainerOptions& trainer,
                                 const core::TensorDataset& train, const core::TensorDataset* val,
-                                const std::function<void(Trainer&)>& configure = nullptr);
+                                const std::function<void(train::Trainer&)>& configure = nullptr);
 
 /// Where a student learns from, for fine_tune: teachers (zoo specs or model files, weighted as
 /// an ensemble) and the distillation loss; no teachers means cross entropy alone.
@@ -47,9 +47,9 @@ struct TeacherSource {
 /// Trains `student` on `train`, evaluating on `val`: distils from `teachers` when it names any
 /// (the loss takes the trainer's seed and is validated), else fits with cross entropy. The
 /// recovery step of pruning with recovery and of quantization-aware training.
-std::vector<EpochStats> fine_tune(core::Module& student, const TeacherSource& teachers,
-                                  const TrainerOptions& trainer, const core::TensorDataset& train,
+std::vector<train::EpochStats> fine_tune(core::Module& student, const TeacherSource& teachers,
+                                  const train::TrainerOptions& trainer, const core::TensorDataset& train,
                                   const core::TensorDataset* val,
-                                  const std::function<void(Trainer&)>& configure = nullptr);
+                                  const std::function<void(train::Trainer&)>& configure = nullptr);
 
 }  // namespace pare::distill

@@ -22,29 +22,6 @@ namespace pare::distill {
 
 namespace {
 
-uint64_t fnv(uint64_t h, const void* data, size_t n) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001B3ULL;
-  return h;
-}
-
-}  // namespace
-
-std::string dataset_checksum(const core::TensorDataset& ds) {
-  uint64_t h = 0xCBF29CE484222325ULL;
-  at::Tensor x = ds.x.reshape(-1);
-  const int64_t stride = std::max<int64_t>(1, x.numel() / 100000);
-  at::Tensor xs = x.slice(0, 0, x.numel(), stride).to(at::kDouble).contiguous();
-  h = fnv(h, xs.data_ptr(), static_cast<size_t>(xs.numel()) * sizeof(double));
-  const int64_t n = ds.size();
-  h = fnv(h, &n, sizeof(n));
-  char buf[17];
-  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(h));
-  return buf;
-}
-
-namespace {
-
 // DIR.partial, where a cache is written whole before it takes the place of DIR (replace_dir): a
 // crash or a full disk leaves the previous cache as it was, never a mix of old and new shards.
 // Rank 0 makes it (removing one that a dead run left) and removes it when the write fails.
@@ -100,8 +77,8 @@ TeacherCacheReport write_teacher_cache(Teacher& teacher, const std::string& teac
   PARE_CHECK(ds.size() > 0, "the dataset '", data, "' is empty");
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t classes = teacher.num_classes(ds.x.narrow(0, 0, 1));
-  PARE_CHECK(classes <= kTeacherCacheMaxClasses, teacher.describe(), " has ", classes,
-             " classes; a teacher cache holds at most ", kTeacherCacheMaxClasses, " (2^24)");
+  PARE_CHECK(classes <= engine::kTeacherCacheMaxClasses, teacher.describe(), " has ", classes,
+             " classes; a teacher cache holds at most ", engine::kTeacherCacheMaxClasses, " (2^24)");
   const int rank = pg ? pg->rank() : 0, world = pg ? pg->size() : 1;
   StagedDir staged(dir, rank, pg);
   const int64_t n = ds.size(), begin = n * rank / world, end = n * (rank + 1) / world;
@@ -144,9 +121,9 @@ TeacherCacheReport write_teacher_cache(Teacher& teacher, const std::string& teac
       std::fprintf(stderr, "\rteacher-cache: %lld/%lld rows", (long long)(i + m - begin), (long long)(end - begin));
   }
   if (o.progress && rank == 0) std::fprintf(stderr, "\n");
-  core::save_npy(idx, teacher_cache_shard(staged.path(), rank, "classes"));
-  core::save_npy(probs, teacher_cache_shard(staged.path(), rank, "probs"));
-  core::save_npy(rest, teacher_cache_shard(staged.path(), rank, "rest"));
+  core::save_npy(idx, engine::teacher_cache_shard(staged.path(), rank, "classes"));
+  core::save_npy(probs, engine::teacher_cache_shard(staged.path(), rank, "probs"));
+  core::save_npy(rest, engine::teacher_cache_shard(staged.path(), rank, "rest"));
   if (pg) pg->barrier();
   TeacherCacheReport r;
   r.samples = n;
@@ -156,7 +133,7 @@ TeacherCacheReport write_teacher_cache(Teacher& teacher, const std::string& teac
   if (rank == 0) {
     nlohmann::json shards = nlohmann::json::array();
     for (int q = 0; q < world; ++q) shards.push_back({{"rank", q}, {"begin", n * q / world}, {"end", n * (q + 1) / world}});
-    nlohmann::json j = {{"format", kTeacherCacheFormat},
+    nlohmann::json j = {{"format", engine::kTeacherCacheFormat},
                         {"kind", sampled ? "sampled" : "top-k"},
                         {"entries", k},
                         {"temperature", o.temperature},
@@ -164,7 +141,7 @@ TeacherCacheReport write_teacher_cache(Teacher& teacher, const std::string& teac
                         {"samples", n},
                         {"teacher", teacher_name},
                         {"data", data},
-                        {"checksum", dataset_checksum(ds)},
+                        {"checksum", engine::dataset_checksum(ds)},
                         {"bytes_per_sample", r.bytes_per_sample},
                         {"shards", shards}};
     write_file_atomic(join_path(staged.path(), "index.json"), j.dump(1) + "\n");
@@ -172,37 +149,6 @@ TeacherCacheReport write_teacher_cache(Teacher& teacher, const std::string& teac
   staged.commit(pg);
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
-}
-
-CachedTeacher::CachedTeacher(const std::string& dir) : dir_(dir), cache_(TeacherCacheFile::read(dir)) {}
-
-std::string CachedTeacher::describe() const { return "teacher cache '" + dir_ + "' (" + cache_.kind + ")"; }
-
-void CachedTeacher::check(const core::TensorDataset& ds, double temperature) const {
-  PARE_CHECK(ds.size() == cache_.samples && dataset_checksum(ds) == cache_.checksum, describe(), " was built for another dataset (",
-             cache_.samples, " rows, checksum ", cache_.checksum, ") than '", ds.name, "' (", ds.size(), " rows, checksum ",
-             dataset_checksum(ds), "); rebuild it from the same data, normalized the same way");
-  if (std::abs(temperature - cache_.temperature) >= 1e-9)
-    throw InputError(pare::detail::concat(describe(), " holds the teacher's distribution at T=", cache_.temperature,
-                                    "; distill with temperature ", cache_.temperature, " (or rebuild the cache at T=",
-                                    temperature, ")"))
-        .about("temperature");
-}
-
-std::unordered_map<std::string, at::Tensor> CachedTeacher::forward(const at::Tensor&, const std::vector<std::string>&) {
-  throw InputError(describe() + " can only teach the rows of its dataset, not arbitrary inputs");
-}
-
-std::unordered_map<std::string, at::Tensor> CachedTeacher::forward_batch(const core::Batch& b,
-                                                                         const std::vector<std::string>& values) {
-  for (auto& v : values)
-    PARE_CHECK(v == "logits", describe(), " has only logits, not '", v, "' (hints need a live teacher)");
-  PARE_CHECK(b.rows.defined() && b.rows.numel() == b.x.size(0), describe(), " needs the dataset rows of the batch");
-  try {
-    return {{"logits", cache_.logits(b.rows).to(b.x.device())}};
-  } catch (const InputError& e) {
-    throw InputError(describe() + ": " + e.what());
-  }
 }
 
 }  // namespace pare::distill

@@ -3,7 +3,7 @@
 #include "core/module.h"
 #include "distill/distiller.h"
 #include "distill/teacher.h"
-#include "distill/trainer.h"
+#include "train/trainer.h"
 
 namespace pare::federated {
 
@@ -11,7 +11,7 @@ LocalResult train_local(const core::Graph& global, const Layout& layout, const c
                         const LocalTraining& how, uint64_t seed) {
   core::require_labels(data, "local training");
   core::Module model(global);
-  auto opts = distill::TrainerOptions()
+  auto opts = train::TrainerOptions()
                   .epochs(how.epochs)
                   .batch_size(how.batch_size)
                   .lr(how.lr)
@@ -19,14 +19,14 @@ LocalResult train_local(const core::Graph& global, const Layout& layout, const c
                   .momentum(how.momentum)
                   .seed(seed)
                   .progress(false);
-  std::vector<distill::EpochStats> history;
+  std::vector<train::EpochStats> history;
   if (how.kd_alpha > 0) {
-    distill::GraphTeacher teacher(global, "the round's global model");
+    engine::TorchEngine teacher(global, "the round's global model");
     history = distill::distill(model, teacher,
                                distill::DistillLossOptions().temperature(how.kd_temperature).alpha(how.kd_alpha), opts,
                                data, nullptr);
   } else {
-    history = distill::Trainer(model, opts).fit(data, nullptr);
+    history = train::Trainer(model, opts).fit(data, nullptr);
   }
   LocalResult r;
   const core::Graph trained = model.to_graph();

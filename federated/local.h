@@ -1,5 +1,5 @@
 // A client's local training in one round: the global model, trained on the client's own data with
-// distill::Trainer (also what FLTrust's server runs on its root data set).
+// train::Trainer (also what FLTrust's server runs on its root data set).
 #pragma once
 
 #include <cstdint>

@@ -20,7 +20,7 @@
 #include "core/tensor_io.h"
 #include "distill/distiller.h"
 #include "distill/teacher.h"
-#include "distill/trainer.h"
+#include "train/trainer.h"
 #include "federated/wire.h"
 
 namespace pare::federated {
@@ -541,7 +541,7 @@ void Server::Impl::distill_round(RoundStats& st, const std::vector<Answer>& got,
   for (const Answer& a : got) {
     core::Graph g = before[a.arch];
     apply_update(g, flatten(a.update, layouts[a.arch]), layouts[a.arch]);
-    members.push_back(std::make_unique<distill::GraphTeacher>(std::move(g), "client " + a.client));
+    members.push_back(std::make_unique<engine::TorchEngine>(std::move(g), "client " + a.client));
   }
   distill::EnsembleTeacher ensemble(std::move(members), {});
   using C = distill::EnsembleTeacher::Combine;
@@ -558,7 +558,7 @@ void Server::Impl::distill_round(RoundStats& st, const std::vector<Answer>& got,
   set = {set.x.narrow(0, 0, set.size() - held), set.y.narrow(0, 0, set.size() - held), set.name};
   for (size_t k = 0; k < models.size(); ++k) {
     core::Module student(models[k]);
-    auto opts = distill::TrainerOptions()
+    auto opts = train::TrainerOptions()
                     .epochs(o.distill_epochs)
                     .batch_size(o.distill_batch)
                     .lr(o.distill_lr)
@@ -567,11 +567,11 @@ void Server::Impl::distill_round(RoundStats& st, const std::vector<Answer>& got,
                     .progress(false);
     // With a hold-out, each model keeps the epoch agreeing best with the ensemble there; epoch 0 is
     // the aggregate, models[k] as it stands.
-    double best = held > 0 ? distill::evaluate(student, val).accuracy : 0;
+    double best = held > 0 ? train::evaluate(student, val).accuracy : 0;
     int64_t kept = 0;
     distill::distill(student, ensemble, distill::DistillLossOptions().temperature(o.distill_temperature).alpha(1.0),
-                     opts, set, held > 0 ? &val : nullptr, [&](distill::Trainer& t) {
-                       t.on_epoch([&](const distill::EpochStats& es) {
+                     opts, set, held > 0 ? &val : nullptr, [&](train::Trainer& t) {
+                       t.on_epoch([&](const train::EpochStats& es) {
                          if (held == 0 || es.val_accuracy <= best) return;
                          best = es.val_accuracy;
                          kept = es.epoch;
@@ -601,7 +601,7 @@ void Server::Impl::finish_round(RoundStats& st, std::vector<Answer> got) {
   }
   for (size_t k = 0; data.val && k < models.size(); ++k) {
     core::Module m(models[k], core::Module::Use::kFrozen);
-    const distill::EvalResult e = distill::evaluate(m, *data.val);
+    const train::EvalResult e = train::evaluate(m, *data.val);
     if (k == 0) {
       st.val_accuracy = e.accuracy;
       st.val_loss = e.loss;

@@ -1,5 +1,5 @@
 // Pruning schedules and the object that keeps masks applied while training continues. prune/
-// does not know the trainer: cli/ hooks MaskedPruning into distill::Trainer's on_step callback.
+// does not know the trainer: cli/ hooks MaskedPruning into train::Trainer's on_step callback.
 //
 //   prune::MaskedPruning pruning(student, targets, prune::MaskOptions().global(true),
 //                                prune::SparsitySchedule::gradual(0.9, 0.0, 0, 20, 100));

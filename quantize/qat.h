@@ -10,7 +10,7 @@
 //
 //   QatModel m = prepare_qat(fp32, calib_x, QatOptions().ptq(PtqOptions().weight_bits(4)));
 //   core::Module student(m.graph);
-//   ... train student (distill::Trainer, with or without a teacher) ...
+//   ... train student (train::Trainer, with or without a teacher) ...
 //   PtqResult r = convert_qat(m, student.to_graph(), calib_x);   // standard ONNX QDQ
 #pragma once
 

@@ -40,12 +40,12 @@ distill::TeacherCacheOptions opts(int64_t k, int64_t sample = 0) {
 TEST(TeacherCache, AllClassesGiveTheTeachersDistribution) {
   TempDir dir;
   auto ds = dataset(30, 1);
-  distill::GraphTeacher t(core::build_zoo_model("lenet5", 2), "lenet5");
+  engine::TorchEngine t(core::build_zoo_model("lenet5", 2), "lenet5");
   auto r = distill::write_teacher_cache(t, "lenet5", ds, "rand", opts(10), dir.path());
   EXPECT_EQ(r.samples, 30);
   EXPECT_EQ(r.entries, 10);
   EXPECT_EQ(r.bytes_per_sample, 10 * 4 + 2);  // int16 class + fp16 probability, fp16 tail
-  distill::CachedTeacher c(dir.path());
+  engine::CachedEngine c(dir.path());
   EXPECT_EQ(c.num_classes(ds.x), 10);
   auto b = rows(ds, {29, 0, 13});
   at::Tensor want = at::softmax(t.logits(b.x) / 3.0, 1);
@@ -56,9 +56,9 @@ TEST(TeacherCache, AllClassesGiveTheTeachersDistribution) {
 // A teacher with more classes than a cache holds (the reader would refuse the cache) is refused
 // before anything is written.
 TEST(TeacherCache, RefusesATeacherWithMoreClassesThanACacheHolds) {
-  struct Wide : distill::GraphTeacher {
-    using GraphTeacher::GraphTeacher;
-    int64_t num_classes(const at::Tensor&) override { return distill::kTeacherCacheMaxClasses + 1; }
+  struct Wide : engine::TorchEngine {
+    using engine::TorchEngine::TorchEngine;
+    int64_t num_classes(const at::Tensor&) override { return engine::kTeacherCacheMaxClasses + 1; }
   };
   TempDir dir;
   Wide t(core::build_zoo_model("lenet5", 2), "lenet5");
@@ -72,9 +72,9 @@ TEST(TeacherCache, RefusesATeacherWithMoreClassesThanACacheHolds) {
 TEST(TeacherCache, TopKKeepsTheLargestAndSpreadsTheTail) {
   TempDir dir;
   auto ds = dataset(20, 3);
-  distill::GraphTeacher t(core::build_zoo_model("lenet5", 4), "lenet5");
+  engine::TorchEngine t(core::build_zoo_model("lenet5", 4), "lenet5");
   distill::write_teacher_cache(t, "lenet5", ds, "rand", opts(3), dir.path());
-  distill::CachedTeacher c(dir.path());
+  engine::CachedEngine c(dir.path());
   auto b = rows(ds, {5, 6, 7, 8});
   at::Tensor p = at::softmax(t.logits(b.x) / 3.0, 1);
   at::Tensor q = at::softmax(c.forward_batch(b, {}).at("logits") / 3.0, 1);
@@ -90,10 +90,10 @@ TEST(TeacherCache, TopKKeepsTheLargestAndSpreadsTheTail) {
 TEST(TeacherCache, SampledTargetsAreFrequenciesNearTheTeachers) {
   TempDir dir;
   auto ds = dataset(6, 5);
-  distill::GraphTeacher t(core::build_zoo_model("lenet5", 6), "lenet5");
+  engine::TorchEngine t(core::build_zoo_model("lenet5", 6), "lenet5");
   auto o = opts(1, 4000);
   distill::write_teacher_cache(t, "lenet5", ds, "rand", o, dir.path());
-  distill::CachedTeacher c(dir.path());
+  engine::CachedEngine c(dir.path());
   EXPECT_EQ(c.kind(), "sampled");
   auto b = rows(ds, {0, 1, 2, 3, 4, 5});
   at::Tensor p = at::softmax(t.logits(b.x) / 3.0, 1);
@@ -105,9 +105,9 @@ TEST(TeacherCache, SampledTargetsAreFrequenciesNearTheTeachers) {
 TEST(TeacherCache, RefusesOtherDataOtherTemperaturesAndInputs) {
   TempDir dir;
   auto ds = dataset(12, 7);
-  distill::GraphTeacher t(core::build_zoo_model("lenet5", 8), "lenet5");
+  engine::TorchEngine t(core::build_zoo_model("lenet5", 8), "lenet5");
   distill::write_teacher_cache(t, "lenet5", ds, "rand", opts(2), dir.path());
-  distill::CachedTeacher c(dir.path());
+  engine::CachedEngine c(dir.path());
   EXPECT_NO_THROW(c.check(ds, 3.0));
   pare::testing::expect_option_error([&] { c.check(ds, 4.0); }, "temperature", {"T=3", "temperature 3"});
   auto other = dataset(12, 9);
@@ -117,9 +117,9 @@ TEST(TeacherCache, RefusesOtherDataOtherTemperaturesAndInputs) {
   core::Batch past = rows(ds, {11});
   past.rows.fill_(12);
   expect_input_error([&] { c.forward_batch(past, {}); }, {"outside"});
-  expect_input_error([&] { distill::CachedTeacher(dir.path() + "/nope"); }, {"index.json"});
+  expect_input_error([&] { engine::CachedEngine(dir.path() + "/nope"); }, {"index.json"});
   write_file_atomic(dir.file("index.json"), "{\"format\": 3}");
-  expect_input_error([&] { distill::CachedTeacher x(dir.path()); }, {"index.json"});
+  expect_input_error([&] { engine::CachedEngine x(dir.path()); }, {"index.json"});
 }
 
 // A cache's files are checked against each other and their ranges before use (distill/
@@ -128,14 +128,14 @@ TEST(TeacherCache, RefusesOtherDataOtherTemperaturesAndInputs) {
 TEST(TeacherCache, RefusesShardsThatDoNotFitTheIndex) {
   TempDir dir;
   auto ds = dataset(6, 3);
-  distill::GraphTeacher t(core::build_zoo_model("lenet5", 8), "lenet5");
+  engine::TorchEngine t(core::build_zoo_model("lenet5", 8), "lenet5");
   distill::write_teacher_cache(t, "lenet5", ds, "rand", opts(3), dir.path());
   const std::string index = read_file(dir.file("index.json"));
-  const std::string classes = distill::teacher_cache_shard(dir.path(), 0, "classes");
-  const std::string probs = distill::teacher_cache_shard(dir.path(), 0, "probs");
+  const std::string classes = engine::teacher_cache_shard(dir.path(), 0, "classes");
+  const std::string probs = engine::teacher_cache_shard(dir.path(), 0, "probs");
   const at::Tensor idx = core::load_npy(classes), p = core::load_npy(probs);
   auto refused = [&](const std::vector<std::string>& parts) {
-    expect_input_error([&] { distill::TeacherCacheFile::read(dir.path()); }, parts);
+    expect_input_error([&] { engine::TeacherCacheFile::read(dir.path()); }, parts);
     write_file_atomic(dir.file("index.json"), index);
     core::save_npy(idx, classes);
     core::save_npy(p, probs);
@@ -165,5 +165,5 @@ TEST(TeacherCache, RefusesShardsThatDoNotFitTheIndex) {
   refused({"index.json", "integers rank, begin and end"});
   edit("\"end\": 6", "\"end\": 7");
   refused({"index.json", "shard 0 covers rows [0, 7)"});
-  EXPECT_EQ(distill::TeacherCacheFile::read(dir.path()).samples, 6);
+  EXPECT_EQ(engine::TeacherCacheFile::read(dir.path()).samples, 6);
 }

@@ -23,7 +23,7 @@ at::Tensor images(int64_t n, uint64_t seed) {
 
 }  // namespace
 
-TEST(GraphTeacher, LogitsEqualModuleForwardInEvalMode) {
+TEST(TorchEngine, LogitsEqualModuleForwardInEvalMode) {
   at::Tensor x = images(8, 1);
   core::Module ref(core::build_zoo_model("cnn", 3));
   ref.eval();
@@ -32,7 +32,7 @@ TEST(GraphTeacher, LogitsEqualModuleForwardInEvalMode) {
     at::NoGradGuard no_grad;
     expected = ref.forward({x})[0];
   }
-  distill::GraphTeacher t(core::build_zoo_model("cnn", 3), "cnn");
+  engine::TorchEngine t(core::build_zoo_model("cnn", 3), "cnn");
   auto out = t.forward(x, {});
   ASSERT_EQ(out.size(), 1u);
   // The teacher runs channels-last: the same values up to the kernels' rounding.
@@ -41,13 +41,13 @@ TEST(GraphTeacher, LogitsEqualModuleForwardInEvalMode) {
   EXPECT_EQ(t.describe(), "graph teacher 'cnn'");
 }
 
-TEST(GraphTeacher, ReturnsRequestedIntermediateValues) {
+TEST(TorchEngine, ReturnsRequestedIntermediateValues) {
   at::Tensor x = images(4, 2);
   core::Module ref(core::build_zoo_model("cnn", 3));
   ref.eval();
   at::NoGradGuard no_grad;
   auto expected = ref.forward_values({x}, {"relu1", "conv2"});
-  distill::GraphTeacher t(core::build_zoo_model("cnn", 3), "cnn");
+  engine::TorchEngine t(core::build_zoo_model("cnn", 3), "cnn");
   EXPECT_TRUE(t.has_value("relu1"));
   EXPECT_TRUE(t.has_value("logits"));
   EXPECT_FALSE(t.has_value("nope"));
@@ -58,14 +58,14 @@ TEST(GraphTeacher, ReturnsRequestedIntermediateValues) {
   EXPECT_EQ(out.at("relu1").sizes(), (std::vector<int64_t>{4, 32, 28, 28}));
 }
 
-TEST(GraphTeacher, UnknownValueErrorNamesTheValueAndTeacher) {
-  distill::GraphTeacher t(core::build_zoo_model("mlp:784-8-3", 0), "small.onnx");
+TEST(TorchEngine, UnknownValueErrorNamesTheValueAndTeacher) {
+  engine::TorchEngine t(core::build_zoo_model("mlp:784-8-3", 0), "small.onnx");
   expect_input_error([&] { t.forward(images(2, 0), {"fc1", "no_such_value"}); },
                      {"no_such_value", "graph teacher 'small.onnx'"});
 }
 
-TEST(GraphTeacher, LogitsDoNotRequireGrad) {
-  distill::GraphTeacher t(core::build_zoo_model("cnn", 0), "cnn");
+TEST(TorchEngine, LogitsDoNotRequireGrad) {
+  engine::TorchEngine t(core::build_zoo_model("cnn", 0), "cnn");
   at::Tensor x = images(2, 3).requires_grad_(true);
   ASSERT_TRUE(at::GradMode::is_enabled());
   auto out = t.forward(x, {"relu2"});
@@ -73,7 +73,7 @@ TEST(GraphTeacher, LogitsDoNotRequireGrad) {
   EXPECT_FALSE(out.at("relu2").requires_grad());
 }
 
-TEST(GraphTeacher, BatchNormRunningStatsAreUntouched) {
+TEST(TorchEngine, BatchNormRunningStatsAreUntouched) {
   // Inputs far from the initial running mean 0 / var 1, so a training-mode forward would move them.
   at::Tensor x = images(16, 4) * 5 + 3;
   {  // sanity: the same forward in training mode does update them
@@ -84,7 +84,7 @@ TEST(GraphTeacher, BatchNormRunningStatsAreUntouched) {
     m.forward({x});
     ASSERT_FALSE(at::equal(before, m.initializer("bn1.running_mean")));
   }
-  distill::GraphTeacher t(core::build_zoo_model("cnn", 0), "cnn");
+  engine::TorchEngine t(core::build_zoo_model("cnn", 0), "cnn");
   std::vector<std::string> names = {"bn1.running_mean", "bn1.running_var", "bn3.running_mean", "bn3.running_var"};
   std::vector<at::Tensor> before;
   for (auto& n : names) before.push_back(t.module().initializer(n).clone());
@@ -94,18 +94,18 @@ TEST(GraphTeacher, BatchNormRunningStatsAreUntouched) {
     EXPECT_TRUE(at::equal(before[i], t.module().initializer(names[i]))) << names[i];
 }
 
-TEST(GraphTeacher, NumClassesFromAProbeForward) {
-  distill::GraphTeacher a(core::build_zoo_model("cnn", 0), "cnn");
+TEST(TorchEngine, NumClassesFromAProbeForward) {
+  engine::TorchEngine a(core::build_zoo_model("cnn", 0), "cnn");
   EXPECT_EQ(a.num_classes(images(3, 0)), 10);
-  distill::GraphTeacher b(core::build_zoo_model("mlp:784-8-5", 0), "mlp");
+  engine::TorchEngine b(core::build_zoo_model("mlp:784-8-5", 0), "mlp");
   EXPECT_EQ(b.num_classes(images(1, 0)), 5);
-  expect_input_error([&] { distill::GraphTeacher(core::build_zoo_model("mlp:784-8-5", 0), "m")
+  expect_input_error([&] { engine::TorchEngine(core::build_zoo_model("mlp:784-8-5", 0), "m")
                                .num_classes(at::zeros({0, 1, 28, 28})); },
                      {"N >= 1"});
 }
 
-TEST(GraphTeacher, CastsAFloat64BatchToTheModelDtype) {
-  distill::GraphTeacher t(core::build_zoo_model("mlp:784-8-3", 0), "mlp");
+TEST(TorchEngine, CastsAFloat64BatchToTheModelDtype) {
+  engine::TorchEngine t(core::build_zoo_model("mlp:784-8-3", 0), "mlp");
   at::Tensor x = images(4, 5);
   at::Tensor a = t.logits(x), b = t.logits(x.to(at::kDouble));
   EXPECT_EQ(b.scalar_type(), at::kFloat);
@@ -114,14 +114,14 @@ TEST(GraphTeacher, CastsAFloat64BatchToTheModelDtype) {
 
 TEST(EnsembleTeacher, WeightedMeanOfLogitsExactly) {
   at::Tensor x = images(6, 7);
-  distill::GraphTeacher ra(core::build_zoo_model("mlp:784-8-4", 1), "a");
-  distill::GraphTeacher rb(core::build_zoo_model("mlp:784-8-4", 2), "b");
+  engine::TorchEngine ra(core::build_zoo_model("mlp:784-8-4", 1), "a");
+  engine::TorchEngine rb(core::build_zoo_model("mlp:784-8-4", 2), "b");
   at::Tensor la = ra.logits(x), lb = rb.logits(x);
   ASSERT_FALSE(at::equal(la, lb));
 
   std::vector<std::unique_ptr<distill::Teacher>> members;
-  members.push_back(std::make_unique<distill::GraphTeacher>(core::build_zoo_model("mlp:784-8-4", 1), "a"));
-  members.push_back(std::make_unique<distill::GraphTeacher>(core::build_zoo_model("mlp:784-8-4", 2), "b"));
+  members.push_back(std::make_unique<engine::TorchEngine>(core::build_zoo_model("mlp:784-8-4", 1), "a"));
+  members.push_back(std::make_unique<engine::TorchEngine>(core::build_zoo_model("mlp:784-8-4", 2), "b"));
   distill::EnsembleTeacher e(std::move(members), {1.0, 3.0});
   EXPECT_EQ(e.weights(), (std::vector<double>{0.25, 0.75}));
   at::Tensor l = e.logits(x);
@@ -208,29 +208,29 @@ TEST(TeacherWeights, BadWeightsAreInputErrors) {
   expect_input_error([&] { distill::load_teachers({"mlp:784-8-4"}, {0.0}); }, {"sum to 0"});
   expect_input_error([&] { distill::load_teachers({}, {}); }, {"no teacher"});
   std::vector<std::unique_ptr<distill::Teacher>> members;
-  members.push_back(distill::load_teacher("mlp:784-8-4"));
+  members.push_back(engine::load("mlp:784-8-4"));
   expect_input_error([&] { distill::EnsembleTeacher(std::move(members), {1.0, 1.0}); }, {"got 2"});
   EXPECT_EQ(distill::normalize_teacher_weights({0.7, 0.3}, 2), (std::vector<double>{0.7, 0.3}));
 }
 
 TEST(LoadTeachers, OneSpecReturnsThatTeacher) {
   auto t = distill::load_teachers({"mlp:784-8-4"}, {}, 0);
-  EXPECT_NE(dynamic_cast<distill::GraphTeacher*>(t.get()), nullptr);
+  EXPECT_NE(dynamic_cast<engine::TorchEngine*>(t.get()), nullptr);
 }
 
 TEST(LoadTeacher, ZooSpecIsSeeded) {
   at::Tensor x = images(2, 0);
-  auto a = distill::load_teacher("mlp:784-8-3", 1), b = distill::load_teacher("mlp:784-8-3", 1),
-       c = distill::load_teacher("mlp:784-8-3", 2);
+  auto a = engine::load("mlp:784-8-3", 1), b = engine::load("mlp:784-8-3", 1),
+       c = engine::load("mlp:784-8-3", 2);
   EXPECT_TRUE(at::equal(a->logits(x), b->logits(x)));
   EXPECT_FALSE(at::equal(a->logits(x), c->logits(x)));
 }
 
 TEST(LoadTeacher, MissingOrUnknownNamesTheFile) {
-  expect_input_error([] { distill::load_teacher("no/such/teacher.onnx"); }, {"no/such/teacher.onnx"});
-  expect_input_error([] { distill::load_teacher("no/such/teacher.pt"); }, {"no/such/teacher.pt", "does not exist"});
-  expect_input_error([] { distill::load_teacher("no/such/teacher.torchscript"); }, {"no/such/teacher.torchscript"});
-  expect_input_error([] { distill::load_teacher("bogus-model"); }, {"bogus-model"});
+  expect_input_error([] { engine::load("no/such/teacher.onnx"); }, {"no/such/teacher.onnx"});
+  expect_input_error([] { engine::load("no/such/teacher.pt"); }, {"no/such/teacher.pt", "does not exist"});
+  expect_input_error([] { engine::load("no/such/teacher.torchscript"); }, {"no/such/teacher.torchscript"});
+  expect_input_error([] { engine::load("bogus-model"); }, {"bogus-model"});
 }
 
 TEST(LoadTeacher, CorruptFilesAreInputErrorsNamingTheFile) {
@@ -240,22 +240,22 @@ TEST(LoadTeacher, CorruptFilesAreInputErrorsNamingTheFile) {
   std::ofstream(pt) << "this is not a TorchScript archive";
   std::ofstream(onnx) << "this is not an ONNX model either";
   std::ofstream(zip) << "PK\x03\x04 truncated";
-  expect_input_error([&] { distill::load_teacher(pt); }, {pt, "TorchScript"});
-  expect_input_error([&] { distill::load_teacher(onnx); }, {onnx});
-  expect_input_error([&] { distill::load_teacher(zip); }, {zip, "TorchScript"});
+  expect_input_error([&] { engine::load(pt); }, {pt, "TorchScript"});
+  expect_input_error([&] { engine::load(onnx); }, {onnx});
+  expect_input_error([&] { engine::load(zip); }, {zip, "TorchScript"});
 }
 
 TEST(CheckCompatible, ClassCountMismatchIsAnInputError) {
-  distill::GraphTeacher t(core::build_zoo_model("cnn", 0), "cnn.onnx");
+  engine::TorchEngine t(core::build_zoo_model("cnn", 0), "cnn.onnx");
   core::Module student(core::build_zoo_model("mlp:784-16-5", 0));
   student.train();
-  expect_input_error([&] { distill::check_compatible(t, student, images(4, 0)); },
+  expect_input_error([&] { engine::check_compatible(t, student, images(4, 0)); },
                      {"graph teacher 'cnn.onnx' has 10 classes but student", "has 5"});
   EXPECT_TRUE(student.is_training());
 
   core::Module ok(core::build_zoo_model("mlp:784-16-10", 0));
   ok.train();
-  EXPECT_NO_THROW(distill::check_compatible(t, ok, images(4, 0)));
+  EXPECT_NO_THROW(engine::check_compatible(t, ok, images(4, 0)));
   EXPECT_TRUE(ok.is_training());
 }
 
@@ -272,8 +272,8 @@ TEST(TorchScriptTeacherPeer, WritesLogitsForTheScript) {
     std::string path = dir + "/" + name + ".pt";
     if (!file_exists(path)) continue;
     ++cases;
-    auto t = distill::load_teacher(path);
-    ASSERT_NE(dynamic_cast<distill::TorchScriptTeacher*>(t.get()), nullptr) << path;
+    auto t = engine::load(path);
+    ASSERT_NE(dynamic_cast<engine::TorchScriptEngine*>(t.get()), nullptr) << path;
     EXPECT_EQ(t->describe(), "TorchScript teacher '" + path + "'");
     at::Tensor l = t->logits(x);
     EXPECT_EQ(l.scalar_type(), at::kFloat) << name;
@@ -291,11 +291,11 @@ TEST(TorchScriptTeacherPeer, WritesLogitsForTheScript) {
   }
   EXPECT_GT(cases, 0) << "no *.pt files in " << dir;
   if (file_exists(dir + "/corrupt.pt"))
-    expect_input_error([&] { distill::load_teacher(dir + "/corrupt.pt"); }, {dir + "/corrupt.pt"});
+    expect_input_error([&] { engine::load(dir + "/corrupt.pt"); }, {dir + "/corrupt.pt"});
   // A student that disagrees on the number of classes.
   if (file_exists(dir + "/scripted.pt")) {
-    auto t = distill::load_teacher(dir + "/scripted.pt");
+    auto t = engine::load(dir + "/scripted.pt");
     core::Module student(core::build_zoo_model("mlp:784-16-7", 0));
-    expect_input_error([&] { distill::check_compatible(*t, student, x); }, {"classes but student", "has 7"});
+    expect_input_error([&] { engine::check_compatible(*t, student, x); }, {"classes but student", "has 7"});
   }
 }

@@ -13,7 +13,7 @@
 #include "core/onnx_io.h"
 #include "core/tensor_io.h"
 #include "distill/teacher.h"
-#include "distill/trainer.h"
+#include "train/trainer.h"
 #include "federated/server.h"
 #include "federated/update.h"
 #include "federated/wire.h"
@@ -278,14 +278,14 @@ TEST(FederatedServer, FeddfKeepsTheEpochThatAgreesBestWithTheEnsembleOnHeldOutIn
     pare::core::Graph g = initial;
     const fed::Layout l = fed::state_layout(g);
     fed::apply_update(g, at::full({l.size}, d), l);
-    members.push_back(std::make_unique<pare::distill::GraphTeacher>(std::move(g), "client"));
+    members.push_back(std::make_unique<pare::engine::TorchEngine>(std::move(g), "client"));
   }
   pare::distill::EnsembleTeacher ensemble(std::move(members), {});
   const at::Tensor held_x = inputs.x.narrow(0, 150, 50);
   const pare::core::TensorDataset held_out{held_x, ensemble.logits(held_x).argmax(1), "held out"};
   auto agreement = [&](const pare::core::Graph& g) {
     pare::core::Module m(g);
-    return pare::distill::evaluate(m, held_out).accuracy;
+    return pare::train::evaluate(m, held_out).accuracy;
   };
   struct Case { double held, lr; bool kept_aggregate; };
   for (const Case c : {Case{0.25, 10, true}, Case{0.0, 10, false}, Case{0.25, 1e-2, false}}) {

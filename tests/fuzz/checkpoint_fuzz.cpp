@@ -1,4 +1,4 @@
-// libFuzzer target for training checkpoints (distill::Trainer's resume, distill/trainer.cpp): an
+// libFuzzer target for training checkpoints (train::Trainer's resume, distill/trainer.cpp): an
 // input is a checkpoint's payload (safetensors), written behind a header with its right CRC so
 // that the fuzzer gets past the checksum to pare's checks of the contents: the tensors, the
 // optimizer's state, the RNG and the run's position. A Trainer of a small MLP resumes from it and,
@@ -20,7 +20,7 @@
 #include "core/file_util.h"
 #include "core/module.h"
 #include "core/zoo.h"
-#include "distill/trainer.h"
+#include "train/trainer.h"
 
 namespace {
 
@@ -43,11 +43,11 @@ struct Setup {
     data.name = "fuzz";
   }
   // A Trainer for `epochs` epochs of 2 steps, from the initial weights.
-  std::vector<pare::distill::EpochStats> fit(int64_t epochs, int64_t checkpoint_every = 0) {
+  std::vector<pare::train::EpochStats> fit(int64_t epochs, int64_t checkpoint_every = 0) {
     at::NoGradGuard no_grad;
     auto names = model.parameter_names();
     for (size_t i = 0; i < names.size(); ++i) model.initializer(names[i]).copy_(initial[i]);
-    auto opts = pare::distill::TrainerOptions()
+    auto opts = pare::train::TrainerOptions()
                     .epochs(epochs)
                     .batch_size(8)
                     .seed(3)
@@ -55,7 +55,7 @@ struct Setup {
                     .checkpoint(scratch())
                     .checkpoint_every(checkpoint_every)
                     .resume(true);
-    pare::distill::Trainer trainer(model, opts);
+    pare::train::Trainer trainer(model, opts);
     at::AutoGradMode grad(true);
     return trainer.fit(data, nullptr);
   }
@@ -95,7 +95,7 @@ extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   {
     FILE* f = std::fopen(scratch().c_str(), "wb");
-    const std::string header = pare::distill::checkpoint_header({reinterpret_cast<const char*>(data), size});
+    const std::string header = pare::train::checkpoint_header({reinterpret_cast<const char*>(data), size});
     if (!f || std::fwrite(header.data(), 1, header.size(), f) != header.size() ||
         std::fwrite(data, 1, size, f) != size || std::fclose(f) != 0)
       std::abort();

@@ -1,4 +1,4 @@
-// libFuzzer target for teacher caches (distill::TeacherCacheFile, distill/teacher_cache_file.cpp):
+// libFuzzer target for teacher caches (engine::TeacherCacheFile, distill/teacher_cache_file.cpp):
 // an index.json and the .npy shards it lists. An input is the files one after the other, split at
 // kSplit: index.json, then shard 0's classes, probs and rest, then shard 1's, and so on; they are
 // written into a folder in /dev/shm and read back. A cache that reads must give finite logits for
@@ -38,7 +38,7 @@ const std::string& folder() {
 std::string part_path(size_t i) {
   static const char* const what[] = {"classes", "probs", "rest"};
   if (i == 0) return pare::join_path(folder(), "index.json");
-  return pare::distill::teacher_cache_shard(folder(), static_cast<int>((i - 1) / 3), what[(i - 1) % 3]);
+  return pare::engine::teacher_cache_shard(folder(), static_cast<int>((i - 1) / 3), what[(i - 1) % 3]);
 }
 
 void write(const std::string& path, std::string_view bytes) {
@@ -86,7 +86,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     at = end + kSplit.size();
   }
   try {
-    const auto cache = pare::distill::TeacherCacheFile::read(folder());
+    const auto cache = pare::engine::TeacherCacheFile::read(folder());
     at::Tensor logits = cache.logits(at::arange(cache.samples, at::kLong));
     if (logits.sizes() != at::IntArrayRef{cache.samples, cache.classes} || !at::isfinite(logits).all().item<bool>()) {
       std::fprintf(stderr, "teacher_cache_fuzz: a cache that reads gave logits %s, not finite [%lld, %lld]\n",

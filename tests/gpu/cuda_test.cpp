@@ -9,7 +9,7 @@
 #include "core/zoo.h"
 #include "dist/world.h"
 #include "distill/teacher.h"
-#include "distill/trainer.h"
+#include "train/trainer.h"
 #include "tests/dist_util.h"
 #include "tests/test_util.h"
 
@@ -22,19 +22,19 @@ namespace {
   if (!compat::cuda_available()) GTEST_SKIP() << "no CUDA in this libtorch or no GPU"
 
 struct Result {
-  std::vector<distill::EpochStats> history;
+  std::vector<train::EpochStats> history;
   at::Tensor weights;
 };
 
-Result train(const std::string& device, core::Precision p, int64_t epochs, const std::string& ckpt = "",
+Result run_training(const std::string& device, core::Precision p, int64_t epochs, const std::string& ckpt = "",
              bool resume = false) {
   auto data = two_blobs(512, 1);
   core::Module m(core::build_zoo_model("mlp:784-16-2", 0));
-  auto opts = distill::TrainerOptions().epochs(epochs).batch_size(32).seed(1).precision(p).progress(false)
+  auto opts = train::TrainerOptions().epochs(epochs).batch_size(32).seed(1).precision(p).progress(false)
                   .device(core::parse_device(device));
   if (!ckpt.empty()) opts.checkpoint(ckpt).resume(resume);
   Result r;
-  r.history = distill::Trainer(m, opts).fit(data, nullptr);
+  r.history = train::Trainer(m, opts).fit(data, nullptr);
   r.weights = m.parameters()[0].detach().cpu().clone();
   return r;
 }
@@ -44,7 +44,7 @@ Result train(const std::string& device, core::Precision p, int64_t epochs, const
 // 16 Adam steps, not bit for bit.
 TEST(CudaTrainer, MatchesTheCpuRunWithinTolerance) {
   REQUIRE_GPU();
-  Result cpu = train("cpu", core::Precision::kFp32, 1), gpu = train("cuda", core::Precision::kFp32, 1);
+  Result cpu = run_training("cpu", core::Precision::kFp32, 1), gpu = run_training("cuda", core::Precision::kFp32, 1);
   EXPECT_NEAR(gpu.history[0].train_loss, cpu.history[0].train_loss, 1e-3 * std::abs(cpu.history[0].train_loss));
   EXPECT_LT(relative_error(gpu.weights, cpu.weights), 1e-3);
 }
@@ -53,15 +53,15 @@ TEST(CudaTrainer, ACheckpointWrittenOnTheGpuResumesOnTheCpu) {
   REQUIRE_GPU();
   pare::testing::TempDir dir;
   const std::string ckpt = dir.file("run.ckpt");
-  train("cuda", core::Precision::kFp32, 1, ckpt);
-  Result resumed = train("cpu", core::Precision::kFp32, 2, ckpt, /*resume=*/true);
-  Result whole = train("cuda", core::Precision::kFp32, 2);
+  run_training("cuda", core::Precision::kFp32, 1, ckpt);
+  Result resumed = run_training("cpu", core::Precision::kFp32, 2, ckpt, /*resume=*/true);
+  Result whole = run_training("cuda", core::Precision::kFp32, 2);
   ASSERT_EQ(resumed.history.size(), 2u);
   EXPECT_LT(relative_error(resumed.weights, whole.weights), 1e-3);
   // and back: a CPU checkpoint resumes on the GPU
   const std::string ckpt2 = dir.file("cpu.ckpt");
-  train("cpu", core::Precision::kFp32, 1, ckpt2);
-  EXPECT_EQ(train("cuda", core::Precision::kFp32, 2, ckpt2, true).history.size(), 2u);
+  run_training("cpu", core::Precision::kFp32, 1, ckpt2);
+  EXPECT_EQ(run_training("cuda", core::Precision::kFp32, 2, ckpt2, true).history.size(), 2u);
 }
 
 // The GPU's generator is checkpointed too: a cnn with Dropout, interrupted after one epoch and resumed
@@ -74,10 +74,10 @@ TEST(CudaTrainer, AResumedRunWithDropoutIsBitExact) {
   pare::testing::TempDir dir;
   auto run = [&](int64_t epochs, const std::string& ckpt, bool resume) {
     core::Module m(core::build_zoo_model("cnn,classes=2,width=8,fc=16", 0));
-    auto opts = distill::TrainerOptions().epochs(epochs).batch_size(32).seed(1).progress(false)
+    auto opts = train::TrainerOptions().epochs(epochs).batch_size(32).seed(1).progress(false)
                     .device(core::parse_device("cuda"));
     if (!ckpt.empty()) opts.checkpoint(ckpt).resume(resume);
-    distill::Trainer(m, opts).fit(two_blobs(256, 1), nullptr);
+    train::Trainer(m, opts).fit(two_blobs(256, 1), nullptr);
     return m.parameters()[0].detach().cpu().clone();
   };
   const at::Tensor whole = run(2, "", false);
@@ -88,7 +88,7 @@ TEST(CudaTrainer, AResumedRunWithDropoutIsBitExact) {
 TEST(CudaTrainer, Bf16AndFp16Train) {
   REQUIRE_GPU();
   for (auto p : {core::Precision::kBf16, core::Precision::kFp16}) {
-    Result r = train("cuda", p, 2);
+    Result r = run_training("cuda", p, 2);
     EXPECT_LT(r.history[1].train_loss, r.history[0].train_loss) << core::precision_name(p);
     EXPECT_GT(r.history[1].train_accuracy, 0.9) << core::precision_name(p);
   }
@@ -96,7 +96,7 @@ TEST(CudaTrainer, Bf16AndFp16Train) {
 
 TEST(CudaTeacher, Bf16LogitsAgreeWithFp32) {
   REQUIRE_GPU();
-  distill::GraphTeacher teacher(core::build_zoo_model("cnn", 3), "cnn");
+  engine::TorchEngine teacher(core::build_zoo_model("cnn", 3), "cnn");
   teacher.to(core::parse_device("cuda"));
   at::Tensor x = at::rand({256, 1, 28, 28});
   at::Tensor fp32 = teacher.logits(x);

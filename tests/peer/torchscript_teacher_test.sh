@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Peer test: TorchScript teachers saved by PyTorch (a scripted BatchNorm CNN saved in training mode,
 # a traced model returning a tuple, a float64 model) give PyTorch's eval-mode logits when pare loads
-# them with distill::load_teacher; a corrupt .pt is an InputError naming the file.
+# them with engine::load; a corrupt .pt is an InputError naming the file.
 #
 # The C++ side is the gtest TorchScriptTeacherPeer.WritesLogitsForTheScript in distill_tests, which
 # runs only when PARE_TS_PEER_DIR is set. Env: PARE_BUILD_DIR (for tests/distill_tests),

@@ -1,4 +1,4 @@
-#include "distill/trainer.h"
+#include "train/trainer.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/detail/CUDAHooksInterface.h>
@@ -25,7 +25,7 @@
 #include "core/tensor_io.h"
 #include "dist/ddp.h"
 
-namespace pare::distill {
+namespace pare::train {
 
 namespace {
 
@@ -772,4 +772,4 @@ std::vector<EpochStats> Trainer::fit(const core::TensorDataset& train, const cor
   return st.history;
 }
 
-}  // namespace pare::distill
+}  // namespace pare::train

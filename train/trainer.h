@@ -1,10 +1,10 @@
-// distill::Trainer: the training loop every pare job runs. Supervised training uses the default
+// train::Trainer: the training loop every pare job runs. Supervised training uses the default
 // loss (cross entropy); distillation hands in its own loss through set_loss(). Pruning and QAT
 // schedules plug in through on_step / on_epoch callbacks, the distributed layer through
 // on_after_backward (gradient sync), a sampler and writer(false) on ranks that must not write.
 //
 //   core::Module student(core::load_model("mlp:784-300-100-10", 1));
-//   distill::Trainer trainer(student, distill::TrainerOptions().epochs(5).lr(1e-3).seed(1)
+//   train::Trainer trainer(student, train::TrainerOptions().epochs(5).lr(1e-3).seed(1)
 //                                         .checkpoint("run.ckpt"));
 //   auto history = trainer.fit(train_set, &test_set);
 #pragma once
@@ -30,7 +30,7 @@ namespace pare::dist {
 class ProcessGroup;
 }
 
-namespace pare::distill {
+namespace pare::train {
 
 struct TrainerOptions {
   TrainerOptions& epochs(int64_t v) { epochs_ = v; return *this; }
@@ -136,7 +136,7 @@ struct StepOutput {
 };
 
 /// The header of a checkpoint file whose payload (safetensors) is `payload`: "PARECKPT", the
-/// format version, the payload's CRC-32 and size (distill/trainer.cpp). For tests and fuzzers that
+/// format version, the payload's CRC-32 and size (train/checkpoint.cpp). For tests and fuzzers that
 /// build checkpoints of their own.
 std::string checkpoint_header(std::string_view payload);
 
@@ -192,4 +192,4 @@ class Trainer {
   std::shared_ptr<torch::optim::Optimizer> optimizer_;
 };
 
-}  // namespace pare::distill
+}  // namespace pare::train

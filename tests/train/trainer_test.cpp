@@ -8,7 +8,7 @@
 #include "core/file_util.h"
 #include "core/tensor_io.h"
 #include "core/zoo.h"
-#include "distill/trainer.h"
+#include "train/trainer.h"
 #include "tests/test_util.h"
 
 using namespace pare;
@@ -17,8 +17,8 @@ using pare::testing::two_blobs;
 TEST(Trainer, LearnsSeparableData) {
   auto train = two_blobs(512, 1), test = two_blobs(256, 2);
   core::Module m(core::build_zoo_model("mlp:784-16-2", 0));
-  double before = distill::evaluate(m, test).accuracy;
-  distill::Trainer t(m, distill::TrainerOptions().epochs(2).batch_size(32).lr(1e-3).seed(1).progress(false));
+  double before = train::evaluate(m, test).accuracy;
+  train::Trainer t(m, train::TrainerOptions().epochs(2).batch_size(32).lr(1e-3).seed(1).progress(false));
   auto history = t.fit(train, &test);
   ASSERT_EQ(history.size(), 2u);
   EXPECT_LT(history[1].train_loss, history[0].train_loss);
@@ -30,7 +30,7 @@ TEST(Trainer, SameSeedSameWeights) {
   auto train = two_blobs(128, 1);
   auto run = [&](uint64_t seed) {
     core::Module m(core::build_zoo_model("mlp:784-8-2", 5));
-    distill::Trainer(m, distill::TrainerOptions().epochs(1).batch_size(16).seed(seed).progress(false))
+    train::Trainer(m, train::TrainerOptions().epochs(1).batch_size(16).seed(seed).progress(false))
         .fit(train, nullptr);
     return m.parameters()[0].detach().clone();
   };
@@ -47,7 +47,7 @@ TEST(Trainer, NonFiniteLossStopsTheRunNamingTheStep) {
   auto train = two_blobs(64, 1);
   train.x[3].fill_(std::numeric_limits<float>::infinity());
   core::Module m(core::build_zoo_model("mlp:784-8-2", 0));
-  distill::Trainer t(m, distill::TrainerOptions().epochs(1).batch_size(64).progress(false));
+  train::Trainer t(m, train::TrainerOptions().epochs(1).batch_size(64).progress(false));
   try {
     t.fit(train, nullptr);
     FAIL() << "expected an error";
@@ -59,7 +59,7 @@ TEST(Trainer, NonFiniteLossStopsTheRunNamingTheStep) {
 TEST(Trainer, StepCallbacksSeeEveryStepAndMaxStepsStops) {
   auto train = two_blobs(100, 1);
   core::Module m(core::build_zoo_model("mlp:784-8-2", 0));
-  distill::Trainer t(m, distill::TrainerOptions().epochs(3).batch_size(10).max_steps(13).progress(false));
+  train::Trainer t(m, train::TrainerOptions().epochs(3).batch_size(10).max_steps(13).progress(false));
   std::vector<int64_t> steps;
   t.on_step([&](int64_t s, double) { steps.push_back(s); });
   t.fit(train, nullptr);
@@ -69,9 +69,9 @@ TEST(Trainer, StepCallbacksSeeEveryStepAndMaxStepsStops) {
 }
 
 TEST(TrainerOptions, RejectsOutOfRangeValues) {
-  EXPECT_THROW(distill::TrainerOptions().epochs(0).validate(), InputError);
-  EXPECT_THROW(distill::TrainerOptions().lr(-1).validate(), InputError);
-  EXPECT_THROW(distill::TrainerOptions().optimizer("lbfgs").validate(), InputError);
+  EXPECT_THROW(train::TrainerOptions().epochs(0).validate(), InputError);
+  EXPECT_THROW(train::TrainerOptions().lr(-1).validate(), InputError);
+  EXPECT_THROW(train::TrainerOptions().optimizer("lbfgs").validate(), InputError);
 }
 
 // Checkpoints carry a CRC-32 of their bytes: libtorch reads its archives without checking theirs,
@@ -81,18 +81,18 @@ TEST(Trainer, ADamagedCheckpointIsRefusedAndNothingOfItIsLoaded) {
   const std::string ckpt = dir.file("run.ckpt");
   auto train = two_blobs(128, 1);
   auto opts = [&](int64_t epochs) {
-    return distill::TrainerOptions().epochs(epochs).batch_size(16).seed(2).progress(false).checkpoint(ckpt).resume(true);
+    return train::TrainerOptions().epochs(epochs).batch_size(16).seed(2).progress(false).checkpoint(ckpt).resume(true);
   };
   {
     core::Module m(core::build_zoo_model("mlp:784-8-2", 5));
-    distill::Trainer(m, opts(1)).fit(train, nullptr);
+    train::Trainer(m, opts(1)).fit(train, nullptr);
   }
   const std::string good = read_file(ckpt);
   auto try_resume = [&](const std::string& bytes, const std::vector<std::string>& parts) {
     write_file_atomic(ckpt, bytes);
     core::Module m(core::build_zoo_model("mlp:784-8-2", 5));
     const at::Tensor before = m.parameters()[0].detach().clone();
-    pare::testing::expect_input_error([&] { distill::Trainer(m, opts(2)).fit(train, nullptr); }, parts);
+    pare::testing::expect_input_error([&] { train::Trainer(m, opts(2)).fit(train, nullptr); }, parts);
     EXPECT_TRUE(at::equal(m.parameters()[0], before)) << "a refused checkpoint changed the model";
     EXPECT_EQ(read_file(ckpt), bytes) << "the refused checkpoint was replaced";
   };
@@ -113,7 +113,7 @@ TEST(Trainer, ADamagedCheckpointIsRefusedAndNothingOfItIsLoaded) {
   // The good one resumes.
   write_file_atomic(ckpt, good);
   core::Module m(core::build_zoo_model("mlp:784-8-2", 5));
-  EXPECT_EQ(distill::Trainer(m, opts(2)).fit(train, nullptr).size(), 2u);
+  EXPECT_EQ(train::Trainer(m, opts(2)).fit(train, nullptr).size(), 2u);
 }
 
 // What a checkpoint holds is checked against the run before anything of it is used (the cases
@@ -123,11 +123,11 @@ TEST(Trainer, ACheckpointWhoseContentsDoNotFitIsRefused) {
   const std::string ckpt = dir.file("run.ckpt");
   auto train = two_blobs(64, 1);
   auto opts = [&](int64_t epochs) {
-    return distill::TrainerOptions().epochs(epochs).batch_size(16).seed(2).progress(false).checkpoint(ckpt).resume(true);
+    return train::TrainerOptions().epochs(epochs).batch_size(16).seed(2).progress(false).checkpoint(ckpt).resume(true);
   };
   {
     core::Module m(core::build_zoo_model("mlp:784-8-2", 5));
-    distill::Trainer(m, opts(1)).fit(train, nullptr);
+    train::Trainer(m, opts(1)).fit(train, nullptr);
   }
   std::map<std::string, std::string> meta;
   const std::string file = read_file(ckpt);
@@ -136,10 +136,10 @@ TEST(Trainer, ACheckpointWhoseContentsDoNotFitIsRefused) {
                          const std::vector<std::string>& parts) {
     std::ostringstream payload;
     core::write_safetensors(payload, tensors, {{"state", state}});
-    write_file_atomic(ckpt, distill::checkpoint_header(payload.str()) + payload.str());
+    write_file_atomic(ckpt, train::checkpoint_header(payload.str()) + payload.str());
     core::Module m(core::build_zoo_model("mlp:784-8-2", 5));
     const at::Tensor before = m.parameters()[0].detach().clone();
-    pare::testing::expect_input_error([&] { distill::Trainer(m, opts(2)).fit(train, nullptr); }, parts);
+    pare::testing::expect_input_error([&] { train::Trainer(m, opts(2)).fit(train, nullptr); }, parts);
     EXPECT_TRUE(at::equal(m.parameters()[0], before)) << "a refused checkpoint changed the model";
   };
   const std::string state = meta.at("state");

@@ -7,7 +7,7 @@
 #include "core/device.h"
 #include "core/zoo.h"
 #include "distill/teacher.h"
-#include "distill/trainer.h"
+#include "train/trainer.h"
 #include "tests/test_util.h"
 
 using namespace pare;
@@ -20,7 +20,7 @@ using pare::testing::relative_error;
 // kernels, so the error stays within a few times that after five layers: we allow 2%, and the
 // predicted classes must agree on almost every sample.
 TEST(Bf16Teacher, LogitsAgreeWithFp32WithinTolerance) {
-  distill::GraphTeacher teacher(core::build_zoo_model("cnn", 3), "cnn");
+  engine::TorchEngine teacher(core::build_zoo_model("cnn", 3), "cnn");
   auto gen = at::make_generator<at::CPUGeneratorImpl>(5);
   at::Tensor x = at::rand({256, 1, 28, 28}, gen);
   at::Tensor fp32 = teacher.logits(x);
@@ -41,7 +41,7 @@ TEST(Trainer, Bf16TrainsWithFp32MasterWeights) {
   auto train = two_blobs(512, 1), test = two_blobs(256, 2);
   auto run = [&](core::Precision p) {
     core::Module m(core::build_zoo_model("mlp:784-16-2", 0));
-    auto h = distill::Trainer(m, distill::TrainerOptions().epochs(2).batch_size(32).seed(1).precision(p).progress(false))
+    auto h = train::Trainer(m, train::TrainerOptions().epochs(2).batch_size(32).seed(1).precision(p).progress(false))
                  .fit(train, &test);
     EXPECT_GT(h.back().val_accuracy, 0.9);
     for (const auto& w : m.parameters()) EXPECT_EQ(w.scalar_type(), at::kFloat);
@@ -54,7 +54,7 @@ TEST(Trainer, Bf16TrainsWithFp32MasterWeights) {
 
 TEST(TrainerOptions, Fp16OnTheCpuIsRefusedNamingThePrecision) {
   pare::testing::expect_input_error(
-      [] { distill::TrainerOptions().precision(core::Precision::kFp16).validate(); },
+      [] { train::TrainerOptions().precision(core::Precision::kFp16).validate(); },
       {"precision", "fp16 runs on CUDA only"});
 }
 
@@ -62,9 +62,9 @@ TEST(Trainer, ExplicitCpuDeviceIsTheDefaultBitForBit) {
   auto train = two_blobs(128, 1);
   auto run = [&](bool explicit_cpu) {
     core::Module m(core::build_zoo_model("mlp:784-8-2", 5));
-    auto opts = distill::TrainerOptions().epochs(1).batch_size(16).seed(3).progress(false);
+    auto opts = train::TrainerOptions().epochs(1).batch_size(16).seed(3).progress(false);
     if (explicit_cpu) opts.device(core::parse_device("cpu"));
-    distill::Trainer(m, opts).fit(train, nullptr);
+    train::Trainer(m, opts).fit(train, nullptr);
     return m.parameters()[0].detach().clone();
   };
   EXPECT_TRUE(at::equal(run(true), run(false)));

@@ -1,7 +1,7 @@
-// A teacher cache's folder read back (distill/teacher_cache.h): the index and its shards, each
+// A teacher cache's folder read back (engine/cache.h): the index and its shards, each
 // checked before use. These are files that may come from anywhere, so the reader needs no Teacher
 // and links with core alone (tests/fuzz's teacher_cache_fuzz).
-#include "distill/teacher_cache.h"
+#include "engine/cache.h"
 
 #include <nlohmann/json.hpp>
 
@@ -13,7 +13,7 @@
 #include "core/json_util.h"
 #include "core/tensor_io.h"
 
-namespace pare::distill {
+namespace pare::engine {
 
 const char* const kTeacherCacheFormat = "pare-teacher-cache-1";
 
@@ -117,4 +117,4 @@ at::Tensor TeacherCacheFile::logits(const at::Tensor& rows) const {
   return dense.clamp_min(1e-12).log() * temperature;
 }
 
-}  // namespace pare::distill
+}  // namespace pare::engine

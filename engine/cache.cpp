@@ -1,0 +1,68 @@
+// The cache engine: a teacher's outputs served by dataset row; and the fingerprint of a dataset
+// that ties a cache to the data it was built from.
+#include "engine/cache.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace pare::engine {
+
+namespace {
+
+uint64_t fnv(uint64_t h, const void* data, size_t n) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001B3ULL;
+  return h;
+}
+
+}  // namespace
+
+std::string dataset_checksum(const core::TensorDataset& ds) {
+  uint64_t h = 0xCBF29CE484222325ULL;
+  at::Tensor x = ds.x.reshape(-1);
+  const int64_t stride = std::max<int64_t>(1, x.numel() / 100000);
+  at::Tensor xs = x.slice(0, 0, x.numel(), stride).to(at::kDouble).contiguous();
+  h = fnv(h, xs.data_ptr(), static_cast<size_t>(xs.numel()) * sizeof(double));
+  const int64_t n = ds.size();
+  h = fnv(h, &n, sizeof(n));
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+CachedEngine::CachedEngine(const std::string& dir) : dir_(dir), cache_(TeacherCacheFile::read(dir)) {}
+
+std::string CachedEngine::describe() const { return "teacher cache '" + dir_ + "' (" + cache_.kind + ")"; }
+
+void CachedEngine::check(const core::TensorDataset& ds, double temperature) const {
+  PARE_CHECK(ds.size() == cache_.samples && dataset_checksum(ds) == cache_.checksum, describe(), " was built for another dataset (",
+             cache_.samples, " rows, checksum ", cache_.checksum, ") than '", ds.name, "' (", ds.size(), " rows, checksum ",
+             dataset_checksum(ds), "); rebuild it from the same data, normalized the same way");
+  if (std::abs(temperature - cache_.temperature) >= 1e-9)
+    throw InputError(pare::detail::concat(describe(), " holds the teacher's distribution at T=", cache_.temperature,
+                                    "; distill with temperature ", cache_.temperature, " (or rebuild the cache at T=",
+                                    temperature, ")"))
+        .about("temperature");
+}
+
+std::unordered_map<std::string, at::Tensor> CachedEngine::forward(const at::Tensor&, const std::vector<std::string>&) {
+  throw InputError(describe() + " can only teach the rows of its dataset, not arbitrary inputs");
+}
+
+std::unordered_map<std::string, at::Tensor> CachedEngine::forward_batch(const core::Batch& b,
+                                                                         const std::vector<std::string>& values) {
+  for (auto& v : values)
+    PARE_CHECK(v == "logits", describe(), " has only logits, not '", v, "' (hints need a live teacher)");
+  PARE_CHECK(b.rows.defined() && b.rows.numel() == b.x.size(0), describe(), " needs the dataset rows of the batch");
+  try {
+    return {{"logits", cache_.logits(b.rows).to(b.x.device())}};
+  } catch (const InputError& e) {
+    throw InputError(describe() + ": " + e.what());
+  }
+}
+
+}  // namespace pare::engine
