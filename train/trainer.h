@@ -135,11 +135,6 @@ struct StepOutput {
   std::map<std::string, double> parts;
 };
 
-/// The header of a checkpoint file whose payload (safetensors) is `payload`: "PARECKPT", the
-/// format version, the payload's CRC-32 and size (train/checkpoint.cpp). For tests and fuzzers that
-/// build checkpoints of their own.
-std::string checkpoint_header(std::string_view payload);
-
 /// Runs the training loop.
 class Trainer {
  public:

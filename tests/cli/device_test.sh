@@ -70,7 +70,7 @@ assert all(abs(x - y) <= 0.05 * abs(x) for x, y in zip(a, b)), (a, b)
 PYEOF
 
 # A checkpoint records no device: its payload is safetensors (bytes, dtypes and shapes), mapped onto
-# the trainer's device when read (distill/trainer.cpp), so a run checkpointed on cuda:0 resumes on
+# the trainer's device when read (train/checkpoint.cpp), so a run checkpointed on cuda:0 resumes on
 # the CPU (on a GPU machine, CudaTrainer.ACheckpointWrittenOnTheGpuResumesOnTheCpu runs it end to end).
 "$PARE" "${train[@]}" --epochs 2 --out "$work/ref.onnx"
 "$PARE" "${train[@]}" --epochs 1 --checkpoint "$work/c.ckpt" --out "$work/half.onnx"

@@ -20,6 +20,7 @@
 #include "core/file_util.h"
 #include "core/module.h"
 #include "core/zoo.h"
+#include "train/checkpoint.h"
 #include "train/trainer.h"
 
 namespace {

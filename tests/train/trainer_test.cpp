@@ -8,6 +8,7 @@
 #include "core/file_util.h"
 #include "core/tensor_io.h"
 #include "core/zoo.h"
+#include "train/checkpoint.h"
 #include "train/trainer.h"
 #include "tests/test_util.h"
 
