@@ -16,6 +16,7 @@ The rules (who may include whom):
                    core/error.h, core/file_util.h); no libtorch header (<torch/...>, <ATen/...>,
                    <c10/...>) in it or in that base
   examples/edge/   export/runtime only (what an edge application carries)
+  pipeline/        pipeline, core (stages run the pare executable; cli/ supplies the CommandSchema)
   cli/, tests/, bench/, examples/ (other)   everything
 """
 import os
@@ -23,7 +24,7 @@ import re
 import sys
 import tempfile
 
-MODULES = ["core", "dist", "distill", "prune", "quantize", "export", "cli", "federated"]
+MODULES = ["pipeline", "core", "dist", "distill", "prune", "quantize", "export", "cli", "federated"]
 TORCH_FREE_BASE = {"core/onnx_reader.h", "core/onnx_reader.cpp", "core/error.h", "core/error.cpp",
                    "core/file_util.h", "core/file_util.cpp"}
 ALLOWED = {
@@ -35,6 +36,7 @@ ALLOWED = {
     "export": {"export", "core"},
     "export/runtime": {"export/runtime"} | {f for f in TORCH_FREE_BASE if f.endswith(".h")},
     "examples/edge": {"export/runtime"},
+    "pipeline": {"pipeline", "core"},
     "federated": {"federated", "core", "distill"},
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')

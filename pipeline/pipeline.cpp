@@ -22,16 +22,15 @@
 #include <map>
 #include <thread>
 
-#include "cli/pipeline.h"
-#include "cli/commands.h"
-#include "cli/report.h"
+#include "pipeline/pipeline.h"
+#include "pipeline/report.h"
 #include "core/data.h"
 #include "core/error.h"
 #include "core/file_util.h"
 #include "core/process.h"
 #include "core/torch_compat.h"
 
-namespace pare::cli {
+namespace pare::pipeline {
 
 namespace {
 
@@ -529,4 +528,4 @@ int run_pipeline(const Recipe& recipe, const PipelineOptions& opts) {
   return runner.run();
 }
 
-}  // namespace pare::cli
+}  // namespace pare::pipeline
