@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "cli/schema.h"
 #include "core/data.h"
 #include "core/graph.h"
-#include "pipeline/pipeline.h"
 #include "distill/teacher.h"
 #include "distill/trainer.h"
 
@@ -37,9 +37,6 @@ void add_federate(CLI::App& app, Action& action);
 
 /// Adds every subcommand above to `app` (main, and the pipeline to check a recipe's stages).
 void add_commands(CLI::App& app, Action& action);
-
-/// pare's command line as a pipeline recipe's keys are checked against it (cli/cmd_pipeline.cpp).
-std::unique_ptr<pipeline::CommandSchema> command_schema();
 
 /// Sets libtorch's intra-op thread count (0 keeps its default).
 void set_threads(int threads);

@@ -156,7 +156,8 @@ void write_json(const std::string& path, const json& j) { write_file_atomic(path
 
 class Runner {
  public:
-  Runner(const Recipe& r, PipelineOptions o) : r_(r), o_(std::move(o)), self_(core::self_executable("pare pipeline")) {
+  Runner(const Recipe& r, PipelineOptions o)
+      : r_(r), o_(std::move(o)), self_(o_.pare.empty() ? core::self_executable("pare pipeline") : o_.pare) {
     if (o_.run_dir.empty()) o_.run_dir = "runs/" + r_.name;
   }
   int run();

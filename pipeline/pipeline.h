@@ -3,13 +3,14 @@
 // the content hash of its inputs is unchanged, resumed from its checkpoint after a kill.
 // The recipe schema is in docs/PIPELINE.md; the run folder's format in the same file.
 //
-//   auto recipe = pipeline::load_recipe("examples/recipes/fashion-mnist.yaml", commands);
-//   int code = pipeline::run_pipeline(recipe, pipeline::PipelineOptions{"runs/demo"});
+//   auto recipe = pipeline::load_recipe("examples/recipes/fashion-mnist.yaml", *cli::command_schema());
+//   pipeline::PipelineOptions o;
+//   o.run_dir = "runs/demo", o.pare = "/usr/local/bin/pare";
+//   int code = pipeline::run_pipeline(recipe, o);
 //
-// The stages run the pare executable (core::self_executable: this process's own), so a
-// program that runs a pipeline needs pare installed beside it; the recipe's keys are checked
-// against pare's command line through a CommandSchema, which the executable provides
-// (cli/cmd_pipeline.cpp) from the same option definitions its commands parse.
+// The stages run the pare executable (PipelineOptions::pare), so a program that runs a pipeline
+// needs pare installed; the recipe's keys are checked against pare's command line through a
+// CommandSchema, which pare_cli provides (cli/schema.h) from the option definitions pare parses.
 #pragma once
 
 #include <string>
@@ -64,6 +65,8 @@ Recipe load_recipe(const std::string& path, const CommandSchema& commands);
 struct PipelineOptions {
   std::string run_dir, out, from, until;
   bool resume = false, dry_run = false, quiet = false;
+  /// The pare executable the stages run; "" for this process's own (the pare command itself).
+  std::string pare;
 };
 
 /// Runs (or with dry_run prints) the recipe's stages in the run folder; returns the exit code.

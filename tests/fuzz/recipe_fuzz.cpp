@@ -15,8 +15,7 @@
 #include <cstring>
 #include <string>
 
-#include "cli/commands.h"
-#include "pipeline/pipeline.h"
+#include "cli/schema.h"
 #include "core/error.h"
 
 namespace {
