@@ -3,9 +3,50 @@
 #include <cstdlib>
 
 #include "cli/commands.h"
-#include "cli/pipeline.h"
+#include "pipeline/pipeline.h"
 
 namespace pare::cli {
+
+namespace {
+
+// The recipe's keys checked against pare's own command line: every command added to a scratch app,
+// exactly as main() adds them.
+class CliSchema : public pipeline::CommandSchema {
+ public:
+  CliSchema() { add_commands(app_, action_); }
+
+  std::vector<std::string> options(const std::string& command) const override {
+    std::vector<std::string> names;
+    for (const CLI::Option* o : sub(command)->get_options())
+      for (const std::string& n : o->get_lnames()) names.push_back(n);
+    return names;
+  }
+  bool is_flag(const std::string& command, const std::string& name) const override {
+    const CLI::Option* o = sub(command)->get_option_no_throw("--" + name);
+    return o != nullptr && o->get_expected_max() == 0;
+  }
+  std::string refusal(const std::vector<std::string>& args) const override {
+    CLI::App app;
+    Action action;
+    add_commands(app, action);
+    std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes them last first
+    try {
+      app.parse(reversed);
+    } catch (const CLI::ParseError& e) {
+      return e.what();
+    }
+    return "";
+  }
+
+ private:
+  CLI::App* sub(const std::string& command) const { return app_.get_subcommand(command); }
+  mutable CLI::App app_;
+  Action action_;
+};
+
+}  // namespace
+
+std::unique_ptr<pipeline::CommandSchema> command_schema() { return std::make_unique<CliSchema>(); }
 
 void add_pipeline(CLI::App& app, Action& action) {
   auto* cmd = app.add_subcommand(
@@ -13,7 +54,7 @@ void add_pipeline(CLI::App& app, Action& action) {
       "Run a compression recipe (YAML): teacher, distill, prune, quantize, export and eval stages into a run folder, "
       "each skipped while its inputs are unchanged, ending with report.html");
   auto recipe = std::make_shared<std::string>();
-  auto o = std::make_shared<PipelineOptions>();
+  auto o = std::make_shared<pipeline::PipelineOptions>();
   cmd->add_option("recipe", *recipe, "The recipe (YAML; schema in docs/PIPELINE.md, examples in examples/recipes/)")
       ->required();
   cmd->add_option("--run-dir", o->run_dir, "Run folder: one folder per stage, run.json, report.html (default: runs/NAME)");
@@ -36,8 +77,8 @@ void add_pipeline(CLI::App& app, Action& action) {
       "128+N killed by signal N.");
   cmd->callback([&action, recipe, o] {
     action = [recipe, o] {
-      const Recipe r = load_recipe(*recipe);
-      const int code = run_pipeline(r, *o);
+      const pipeline::Recipe r = pipeline::load_recipe(*recipe, *command_schema());
+      const int code = pipeline::run_pipeline(r, *o);
       if (code != 0) std::exit(code);
     };
   });

@@ -2,7 +2,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
-#include "cli/report.h"
+#include "pipeline/report.h"
 
 namespace pare::cli {
 
@@ -25,7 +25,7 @@ void add_report(CLI::App& app, Action& action) {
       ->required();
   cmd->add_option("--out,-o", *out, "The HTML file to write (written atomically) [default: RUN_DIR/report.html]");
   cmd->callback([&action, run_dir, out] {
-    action = [run_dir, out] { std::cout << write_report(*run_dir, *out) << "\n"; };
+    action = [run_dir, out] { std::cout << pipeline::write_report(*run_dir, *out) << "\n"; };
   });
 }
 

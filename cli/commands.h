@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/schema.h"
 #include "core/data.h"
 #include "core/graph.h"
 #include "distill/teacher_placement.h"

@@ -9,8 +9,9 @@ include(CMakePackageConfigHelpers)
 set_target_properties(pare PROPERTIES EXPORT_NAME pare_cli
                       INSTALL_RPATH "$ORIGIN/../${CMAKE_INSTALL_LIBDIR};${TORCH_INSTALL_PREFIX}/lib")
 install(TARGETS pare EXPORT pareTargets RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-set(_libs pare_base pare_core pare_train pare_engine pare_distill pare_dist pare_prune pare_quantize pare_export pare_deps)
-set(_dirs core train engine distill dist prune quantize export)
+set(_libs pare_base pare_core pare_train pare_engine pare_distill pare_dist pare_prune pare_quantize pare_export
+    pare_pipeline pare_cli pare_deps)
+set(_dirs core train engine distill dist prune quantize export pipeline)
 if(PARE_FEDERATED)
   list(APPEND _libs pare_federated pare_federated_wire)
   list(APPEND _dirs federated)
@@ -20,6 +21,7 @@ foreach(dir ${_dirs})
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${dir}/ DESTINATION include/pare/${dir}
           FILES_MATCHING PATTERN "*.h" PATTERN "runtime" EXCLUDE PATTERN "wire.h" EXCLUDE)
 endforeach()
+install(FILES ${PROJECT_SOURCE_DIR}/cli/schema.h DESTINATION include/pare/cli)
 install(EXPORT pareTargets NAMESPACE pare:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/pare)
 
 # The edge runtime is a package of its own, find_package(pare_rt): libpare_rt.so and its two

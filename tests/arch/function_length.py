@@ -30,7 +30,7 @@ import sys
 import tempfile
 
 LIMIT = 100
-FOLDERS = ["core", "dist", "train", "engine", "distill", "prune", "quantize", "export", "federated", "cli"]
+FOLDERS = ["core", "dist", "train", "engine", "distill", "prune", "quantize", "export", "federated", "pipeline", "cli"]
 SOURCE_ENDINGS = (".cpp", ".cc", ".c", ".h", ".hpp", ".cu", ".cuh")
 # "path: name" -> why it may stay longer than LIMIT for now.
 ALLOWED = {}

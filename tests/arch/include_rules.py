@@ -18,6 +18,7 @@ The rules (who may include whom):
                    core/error.h, core/file_util.h); no libtorch header (<torch/...>, <ATen/...>,
                    <c10/...>) in it or in that base
   examples/edge/   export/runtime only (what an edge application carries)
+  pipeline/        pipeline, core (stages run the pare executable; cli/ supplies the CommandSchema)
   cli/, tests/, bench/, examples/ (other)   everything
 """
 import os
@@ -25,7 +26,7 @@ import re
 import sys
 import tempfile
 
-MODULES = ["core", "dist", "train", "engine", "distill", "prune", "quantize", "export", "cli", "federated"]
+MODULES = ["core", "dist", "train", "engine", "distill", "prune", "quantize", "export", "federated", "pipeline", "cli"]
 TORCH_FREE_BASE = {"core/onnx_reader.h", "core/onnx_reader.cpp", "core/error.h", "core/error.cpp",
                    "core/file_util.h", "core/file_util.cpp"}
 ALLOWED = {
@@ -40,6 +41,7 @@ ALLOWED = {
     "export/runtime": {"export/runtime"} | {f for f in TORCH_FREE_BASE if f.endswith(".h")},
     "examples/edge": {"export/runtime"},
     "federated": {"federated", "core", "train", "engine", "distill"},
+    "pipeline": {"pipeline", "core"},
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')
 TORCH = re.compile(r"^(torch|ATen|c10)/")

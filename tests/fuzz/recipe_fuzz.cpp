@@ -1,4 +1,4 @@
-// libFuzzer target for pipeline recipes (cli::load_recipe, cli/recipe.cpp): YAML through yaml-cpp,
+// libFuzzer target for pipeline recipes (pipeline::load_recipe, pipeline/recipe.cpp): YAML through yaml-cpp,
 // then every check of the recipe checker, each stage's keys parsed by its command's real command
 // line (so this target links every command). An input is written as recipe.yaml into a scratch
 // folder that also holds the files a recipe may name (teacher.onnx, model.pt, x.npy, y.npy), so
@@ -15,7 +15,7 @@
 #include <cstring>
 #include <string>
 
-#include "cli/pipeline.h"
+#include "cli/schema.h"
 #include "core/error.h"
 
 namespace {
@@ -43,7 +43,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (!f || std::fwrite(data, 1, size, f) != size || std::fclose(f) != 0) std::abort();
   }
   try {
-    const pare::cli::Recipe r = pare::cli::load_recipe(path);
+    static const auto commands = pare::cli::command_schema();
+    const pare::pipeline::Recipe r = pare::pipeline::load_recipe(path, *commands);
     if (r.stages.empty()) {
       std::fprintf(stderr, "recipe_fuzz: a recipe without stages was accepted\n");
       std::abort();

@@ -13,7 +13,7 @@
 #include <string_view>
 #include <vector>
 
-namespace pare::cli {
+namespace pare::pipeline {
 
 /// `s` with & < > " ' replaced by entities: safe as HTML text and inside quoted attributes.
 std::string html_escape(std::string_view s);
@@ -69,4 +69,4 @@ struct BarSeries {
 std::string bar_chart(const ChartFrame& frame, const std::vector<std::string>& categories, const PlotAxis& y,
                       const std::vector<BarSeries>& series);
 
-}  // namespace pare::cli
+}  // namespace pare::pipeline

@@ -10,13 +10,12 @@
 #include <map>
 #include <set>
 
-#include "cli/commands.h"
-#include "cli/pipeline.h"
+#include "pipeline/pipeline.h"
 #include "core/error.h"
 #include "core/file_util.h"
 #include "core/zoo.h"
 
-namespace pare::cli {
+namespace pare::pipeline {
 
 namespace {
 
@@ -48,7 +47,7 @@ int line_of(const YAML::Node& n) { return n.Mark().line + 1; }
 // Checks one recipe: `fail` throws the recipe's file:line: key: message.
 class Checker {
  public:
-  explicit Checker(std::string path) : path_(std::move(path)) {
+  Checker(std::string path, const CommandSchema& commands) : path_(std::move(path)), commands_(commands) {
     // Files named in the recipe are relative to its folder, and stages run in the run folder.
     char* real = ::realpath(path_.c_str(), nullptr);
     base_ = dir_name(real ? std::string(real) : path_);
@@ -70,14 +69,16 @@ class Checker {
   std::string file_ref(const std::string& v, int line, const std::string& key, RecipeStage& s) const;
   std::string data_ref(const std::string& v, int line, const std::string& key, RecipeStage& s) const;
   void add_flag(const YAML::Node& key, const YAML::Node& value, RecipeStage& s,
-                const std::vector<RecipeStage>& before, CLI::App* cmd) const;
+                const std::vector<RecipeStage>& before) const;
   void check_command_line(const RecipeStage& s, const std::map<std::string, int>& key_lines) const;
   std::string model_input(const YAML::Node& node, RecipeStage& s, const std::vector<RecipeStage>& before) const;
   void add_model(const YAML::Node& node, const std::string& model, RecipeStage& s,
                  const std::vector<RecipeStage>& before) const;
-  void add_defaults(const YAML::Node& node, RecipeStage& s, CLI::App* cmd) const;
+  void add_defaults(const YAML::Node& node, RecipeStage& s) const;
+  bool has_option(const RecipeStage& s, const std::string& key) const;
 
   std::string path_, base_, data_, seed_;
+  const CommandSchema& commands_;
 };
 
 std::string Checker::scalar(const YAML::Node& value, const std::string& key) const {
@@ -139,21 +140,24 @@ std::string Checker::model_ref(const YAML::Node& value, const std::string& key, 
   return file_ref(v, line_of(value), key, s);
 }
 
+bool Checker::has_option(const RecipeStage& s, const std::string& key) const {
+  const auto names = commands_.options(command_of(s.kind));
+  return std::find(names.begin(), names.end(), key) != names.end();
+}
+
 void Checker::add_flag(const YAML::Node& key_node, const YAML::Node& value, RecipeStage& s,
-                       const std::vector<RecipeStage>& before, CLI::App* cmd) const {
+                       const std::vector<RecipeStage>& before) const {
   const std::string key = key_node.Scalar();
   const int line = line_of(key_node);
   if (listed(kReserved, key)) fail(line, key, "set by the pipeline (each stage writes into its own folder of the run folder)");
-  CLI::Option* opt = key.size() > 1 ? cmd->get_option_no_throw("--" + key) : nullptr;
-  if (!opt) {
+  if (key.size() <= 1 || !has_option(s, key)) {
     std::string known;
-    for (const CLI::Option* o : cmd->get_options())
-      for (const std::string& n : o->get_lnames())
-        if (!listed(kReserved, n)) known += (known.empty() ? "" : ", ") + n;
+    for (const std::string& n : commands_.options(command_of(s.kind)))
+      if (!listed(kReserved, n)) known += (known.empty() ? "" : ", ") + n;
     fail(line, key, "unknown key for a " + s.kind + " stage (pare " + command_of(s.kind) + " has no --" + key +
                         "); its keys: " + known + ", and " + joined(kStageKeys));
   }
-  if (opt->get_expected_max() == 0) {  // a flag: true or false
+  if (commands_.is_flag(command_of(s.kind), key)) {  // a flag: true or false
     bool on = false;
     if (!value.IsScalar() || !YAML::convert<bool>::decode(value, on)) fail(line, key, "expected true or false");
     if (on) s.command.push_back("--" + key);
@@ -178,20 +182,16 @@ void Checker::add_flag(const YAML::Node& key_node, const YAML::Node& value, Reci
 // Parses the stage's command line with the command's own options, so that a value the command
 // would refuse (a type, a range, a choice) is an error at the recipe's line before anything runs.
 void Checker::check_command_line(const RecipeStage& s, const std::map<std::string, int>& key_lines) const {
-  CLI::App app;
-  Action action;
-  add_commands(app, action);
-  std::vector<std::string> args(s.command.rbegin(), s.command.rend());
+  std::string refusal;
   try {
-    app.parse(args);
-  } catch (const CLI::ParseError& e) {
-    const std::string what = e.what();
-    for (const auto& [key, line] : key_lines)
-      if (what.find("--" + key) != std::string::npos) fail(line, key, what);
-    fail(s.line, "", "pare " + command_of(s.kind) + " refuses this stage: " + what);
+    refusal = commands_.refusal(s.command);
   } catch (const Error& e) {
     fail(s.line, "", e.what());
   }
+  if (refusal.empty()) return;
+  for (const auto& [key, line] : key_lines)
+    if (refusal.find("--" + key) != std::string::npos) fail(line, key, refusal);
+  fail(s.line, "", "pare " + command_of(s.kind) + " refuses this stage: " + refusal);
 }
 
 // The model a stage reads: input:, else the previous stage that wrote one ("" for a teacher, and
@@ -256,7 +256,7 @@ void Checker::add_model(const YAML::Node& node, const std::string& model, Recipe
 
 // What the pipeline adds: the recipe's data and seed where the stage does not set them, and
 // where the stage writes (model, metrics, checkpoint, quantization report).
-void Checker::add_defaults(const YAML::Node& node, RecipeStage& s, CLI::App* cmd) const {
+void Checker::add_defaults(const YAML::Node& node, RecipeStage& s) const {
   auto has = [&](const char* k) { return static_cast<bool>(node[k]); };
   auto number = [&](const char* k) { return has(k) && node[k].IsScalar() ? std::atof(node[k].Scalar().c_str()) : 0.0; };
   bool qat = false;
@@ -273,7 +273,7 @@ void Checker::add_defaults(const YAML::Node& node, RecipeStage& s, CLI::App* cmd
     s.command.insert(s.command.end(), {std::string("--") + data_key, data_});
   }
   s.eval_data = has("data") && s.kind != "quantize" ? s.data.front() : data_;
-  if (!seed_.empty() && !has("seed") && cmd->get_option_no_throw("--seed")) s.command.insert(s.command.end(), {"--seed", seed_});
+  if (!seed_.empty() && !has("seed") && has_option(s, "seed")) s.command.insert(s.command.end(), {"--seed", seed_});
   if (s.load.empty() && s.artifact) s.command.insert(s.command.end(), {"--out", s.dir + "/model.onnx"});
   if (trains && s.load.empty()) {
     s.checkpoint = true;
@@ -316,10 +316,6 @@ RecipeStage Checker::check_stage(const YAML::Node& node, size_t index, const std
       fail(line_of(n), "nproc", "a " + s.kind + " stage runs in one process");
   }
   const std::string model = model_input(node, s, before);
-  CLI::App app;
-  Action action;
-  add_commands(app, action);
-  CLI::App* cmd = app.get_subcommand(command_of(s.kind));
   s.command = {command_of(s.kind)};
   add_model(node, model, s, before);
   std::map<std::string, int> key_lines;
@@ -327,9 +323,9 @@ RecipeStage Checker::check_stage(const YAML::Node& node, size_t index, const std
     const std::string key = kv.first.Scalar();
     if (listed(kStageKeys, key) || (s.kind == "teacher" && key == "model")) continue;
     key_lines[key] = line_of(kv.first);
-    add_flag(kv.first, kv.second, s, before, cmd);
+    add_flag(kv.first, kv.second, s, before);
   }
-  add_defaults(node, s, cmd);
+  add_defaults(node, s);
   if (s.load.empty()) check_command_line(s, key_lines);
   else s.command.clear();
   return s;
@@ -373,7 +369,7 @@ Recipe Checker::check(const YAML::Node& root, std::string text) {
 
 }  // namespace
 
-Recipe load_recipe(const std::string& path) {
+Recipe load_recipe(const std::string& path, const CommandSchema& commands) {
   std::string text = read_file(path);
   YAML::Node root;
   try {
@@ -383,7 +379,7 @@ Recipe load_recipe(const std::string& path) {
                      ": YAML syntax error: " + e.msg);
   }
   if (!root || root.IsNull()) throw InputError(path + ": empty recipe (a recipe is a mapping with a stages: list)");
-  return Checker(path).check(root, std::move(text));
+  return Checker(path, commands).check(root, std::move(text));
 }
 
-}  // namespace pare::cli
+}  // namespace pare::pipeline

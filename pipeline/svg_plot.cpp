@@ -1,5 +1,5 @@
 // Inline-SVG charts for the HTML report: scales, ticks, legend, XY and bar charts.
-#include "cli/svg_plot.h"
+#include "pipeline/svg_plot.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,7 +7,7 @@
 #include <limits>
 #include <sstream>
 
-namespace pare::cli {
+namespace pare::pipeline {
 
 std::string html_escape(std::string_view s) {
   std::string out;
@@ -441,4 +441,4 @@ std::string bar_chart(const ChartFrame& fixed_frame, const std::vector<std::stri
   return os.str();
 }
 
-}  // namespace pare::cli
+}  // namespace pare::pipeline

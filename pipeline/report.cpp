@@ -1,7 +1,7 @@
 // pare report: reads a run folder (format "pare-run-1") and writes its HTML report, one
-// self-contained file: inline CSS, charts as inline SVG (cli/svg_plot.h), a few lines of script
+// self-contained file: inline CSS, charts as inline SVG (pipeline/svg_plot.h), a few lines of script
 // that highlight a stage across the table and charts on hover. Nothing is fetched from a network.
-#include "cli/report.h"
+#include "pipeline/report.h"
 
 #include <nlohmann/json.hpp>
 
@@ -15,11 +15,11 @@
 #include <sstream>
 #include <vector>
 
-#include "cli/svg_plot.h"
+#include "pipeline/svg_plot.h"
 #include "core/error.h"
 #include "core/file_util.h"
 
-namespace pare::cli {
+namespace pare::pipeline {
 
 namespace {
 
@@ -667,4 +667,4 @@ std::string write_report(const std::string& run_dir, const std::string& out) {
   return path;
 }
 
-}  // namespace pare::cli
+}  // namespace pare::pipeline

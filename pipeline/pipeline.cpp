@@ -22,16 +22,15 @@
 #include <map>
 #include <thread>
 
-#include "cli/pipeline.h"
-#include "cli/commands.h"
-#include "cli/report.h"
+#include "pipeline/pipeline.h"
+#include "pipeline/report.h"
 #include "core/data.h"
 #include "core/error.h"
 #include "core/file_util.h"
 #include "core/process.h"
 #include "core/torch_compat.h"
 
-namespace pare::cli {
+namespace pare::pipeline {
 
 namespace {
 
@@ -157,7 +156,8 @@ void write_json(const std::string& path, const json& j) { write_file_atomic(path
 
 class Runner {
  public:
-  Runner(const Recipe& r, PipelineOptions o) : r_(r), o_(std::move(o)), self_(core::self_executable("pare pipeline")) {
+  Runner(const Recipe& r, PipelineOptions o)
+      : r_(r), o_(std::move(o)), self_(o_.pare.empty() ? core::self_executable("pare pipeline") : o_.pare) {
     if (o_.run_dir.empty()) o_.run_dir = "runs/" + r_.name;
   }
   int run();
@@ -529,4 +529,4 @@ int run_pipeline(const Recipe& recipe, const PipelineOptions& opts) {
   return runner.run();
 }
 
-}  // namespace pare::cli
+}  // namespace pare::pipeline

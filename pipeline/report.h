@@ -6,7 +6,7 @@
 
 #include <string>
 
-namespace pare::cli {
+namespace pare::pipeline {
 
 /// Reads the run folder `run_dir` and writes its report atomically to `out` (default
 /// RUN_DIR/report.html); returns the path written. Partial runs (running or failed, stages without
@@ -15,4 +15,4 @@ namespace pare::cli {
 /// Error when the report cannot be written.
 std::string write_report(const std::string& run_dir, const std::string& out = "");
 
-}  // namespace pare::cli
+}  // namespace pare::pipeline
