@@ -3,7 +3,9 @@
 // heard from recently, hands them the global model, waits until all answered or the round's
 // deadline passed, refuses every update that does not fit the model (and says why in the round
 // log), aggregates the others robustly, evaluates, and checkpoints, so a killed server resumes at
-// its last finished round.
+// its last finished round. Its parts: the gRPC service (federated/service.h), the round state and
+// its checkpoint (federated/round_state.h), the aggregation rules (federated/rules.h) and FedDF
+// (federated/feddf.h); from names as the command line gives them: federated/launch.h.
 //
 //   federated::ServerOptions o;
 //   o.rounds = 30; o.clients = 20; o.dir = "fed-run"; o.agg.name = "multi-krum"; o.agg.assume_byzantine = 4;
