@@ -3,7 +3,9 @@
 // heard from recently, hands them the global model, waits until all answered or the round's
 // deadline passed, refuses every update that does not fit the model (and says why in the round
 // log), aggregates the others robustly, evaluates, and checkpoints, so a killed server resumes at
-// its last finished round.
+// its last finished round. Its parts: the gRPC service (federated/service.h), the round state and
+// its checkpoint (federated/round_state.h), the aggregation rules (federated/rules.h) and FedDF
+// (federated/feddf.h); from names as the command line gives them: federated/launch.h.
 //
 //   federated::ServerOptions o;
 //   o.rounds = 30; o.clients = 20; o.dir = "fed-run"; o.agg.name = "multi-krum"; o.agg.assume_byzantine = 4;
@@ -13,46 +15,16 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "core/data.h"
 #include "core/graph.h"
-#include "federated/aggregate.h"
 #include "federated/local.h"
+#include "federated/round_state.h"
+#include "federated/rules.h"
 #include "federated/tls.h"
 
 namespace pare::federated {
-
-/// The aggregators by name, for the command line: "fedavg", "median", "trimmed-mean", "krum",
-/// "multi-krum", "bulyan", "fltrust".
-const std::vector<std::string>& aggregator_names();
-
-/// Which aggregator runs and what it assumes.
-struct AggregatorOptions {
-  std::string name = "fedavg";  ///< one of aggregator_names()
-  int64_t assume_byzantine = 0;  ///< f, the Byzantine clients Krum, Multi-Krum, Bulyan assume per round
-  double trim = 0.2;            ///< trimmed mean: the fraction of values cut at each end (floor(trim * n))
-  int64_t multi_krum_m = 0;     ///< Multi-Krum: rows averaged (0: n - f)
-  double clip_norm = 0;         ///< norm clipping before any aggregator (0: none)
-  int64_t bucket = 0;           ///< bucketing after clipping: the rule runs on the means of random groups of this many (0, 1: none)
-  bool nnm = false;             ///< nearest-neighbour mixing after clipping (mix_nearest with f = assume_byzantine; not with bucket)
-  /// Throws InputError naming the option for an unknown name or a value out of range.
-  void validate() const;
-};
-
-/// Aggregates the round's updates U [n, d] (rows in client order; `weights`: their sample counts;
-/// `g0`: FLTrust's server update, undefined for the others). Clips first when clip_norm > 0 and
-/// stores the number of clipped rows in `clipped`; with nnm, runs the rule on
-/// mix_nearest(U, assume_byzantine) (rows stay clients); else, when bucket > 1, runs the rule on
-/// bucket_rows(U, bucket, seed) (a bucket's weight: the sum of its rows'), and reports in rows:
-/// `selected` holds every row of a selected bucket, and `scores` (when the rule has them) gives
-/// each row its bucket's score.
-Aggregate aggregate(const AggregatorOptions& o, at::Tensor U, const std::vector<double>& weights,
-                    const at::Tensor& g0, int64_t* clipped = nullptr, uint64_t seed = 0);
-
-/// The options in words, for logs: "median (f = 4, nearest-neighbour mixing)".
-std::string describe(const AggregatorOptions& o);
 
 struct ServerOptions {
   /// "fedavg": one model, every client trains it. "feddf" (Lin et al. 2020): one model per
@@ -87,21 +59,6 @@ struct ServerOptions {
   /// v is kept per model and checkpointed; a skipped round leaves it and the model as they are.
   double server_lr = 1, server_momentum = 0;
   void validate() const;
-};
-
-/// What one round did (a line of rounds.jsonl).
-struct RoundStats {
-  int64_t round = 0;
-  std::vector<std::string> sampled, answered;
-  std::vector<std::pair<std::string, std::string>> refused;  ///< client, reason
-  std::vector<std::string> selected;  ///< the clients whose updates the aggregator used
-  std::vector<double> scores;         ///< the aggregator's per-answer scores (Krum, FLTrust)
-  int64_t clipped = 0;
-  bool skipped = false;
-  std::vector<double> model_accuracy;  ///< feddf: every model's val accuracy (val_accuracy: model 0's)
-  std::vector<int64_t> distill_kept;   ///< feddf with distill_val: the epoch each model kept
-  std::string skip_reason;
-  double val_accuracy = -1, val_loss = -1, seconds = 0, train_loss = 0;
 };
 
 /// The server's own data sets (each may be null when its use is off).
