@@ -105,18 +105,11 @@ void add_distill(CLI::App& app, Action& action) {
       // the training rows). A sharded teacher's forward is collective: every rank takes part.
       double teacher_acc = -1;
       const bool cached = dynamic_cast<engine::CachedEngine*>(teacher.get()) != nullptr;
-      if (!run.no_val && !cached && (topts.is_writer() || sharded)) {
-        at::NoGradGuard no_grad;
-        int64_t correct = 0;
-        for (int64_t i = 0; i < val.size(); i += 512) {
-          int64_t n = std::min<int64_t>(512, val.size() - i);
-          correct += teacher->logits(val.x.narrow(0, i, n)).argmax(1).eq(val.y.narrow(0, i, n)).sum().item<int64_t>();
-        }
-        teacher_acc = static_cast<double>(correct) / std::max<int64_t>(1, val.size());
-      }
+      if (!run.no_val && !cached && (topts.is_writer() || sharded))
+        teacher_acc = train::evaluate([&](const at::Tensor& x) { return teacher->logits(x); }, val, 512,
+                                      teacher->describe()).accuracy;
       if (!topts.is_writer()) return;  // rank 0 writes the model and reports
       core::save_onnx(trained, o->out);
-
       nlohmann::json j = {{"student", o->student}, {"out", o->out}, {"epochs", history.size()},
                           {"train_loss", history.back().train_loss}};
       if (!run.no_val) {

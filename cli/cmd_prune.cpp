@@ -7,7 +7,6 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
-#include <map>
 
 #include <nlohmann/json.hpp>
 
@@ -158,22 +157,6 @@ core::Graph prune_weights(PruneCli& o, PruneJob& job, const std::vector<prune::W
   return student.to_graph();
 }
 
-// The weight shapes that channel pruning changed, layer by layer.
-void print_shape_changes(const core::ModelSummary& before, const core::ModelSummary& after) {
-  std::map<std::string, std::vector<int64_t>> shape_before;
-  for (auto& l : before.layers) shape_before[l.name] = l.weight_shape;
-  auto str = [](const std::vector<int64_t>& s) {
-    std::string r = "[";
-    for (size_t i = 0; i < s.size(); ++i) r += (i ? "," : "") + std::to_string(s[i]);
-    return r + "]";
-  };
-  for (auto& l : after.layers) {
-    auto it = shape_before.find(l.name);
-    if (it != shape_before.end() && it->second != l.weight_shape)
-      std::fprintf(stderr, "  %s: %s -> %s\n", l.name.c_str(), str(it->second).c_str(), str(l.weight_shape).c_str());
-  }
-}
-
 void report(const PruneCli& o, const PruneJob& job, const core::ModelSummary& before, const core::ModelSummary& after,
             double acc_before, double acc_after) {
   const TrainingRun& run = o.run;
@@ -187,7 +170,8 @@ void report(const PruneCli& o, const PruneJob& job, const core::ModelSummary& be
     j["accuracy_after"] = acc_after;
     if (job.acc_pruned >= 0) j["accuracy_pruned"] = job.acc_pruned;
   }
-  if (!run.quiet && o.method == "channel") print_shape_changes(before, after);
+  if (!run.quiet && o.method == "channel")
+    for (const std::string& line : core::weight_shape_changes(before, after)) std::fprintf(stderr, "  %s\n", line.c_str());
   if (!run.quiet) {
     std::fprintf(stderr, "parameters %lld -> %lld, FLOPs/sample %lld -> %lld, weight sparsity %.2f%%\n",
                  (long long)before.params, (long long)after.params, (long long)before.flops_per_sample,

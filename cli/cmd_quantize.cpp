@@ -15,8 +15,6 @@
 #include "core/module.h"
 #include "core/onnx_io.h"
 #include "distill/distiller.h"
-#include "distill/teacher.h"
-#include "train/trainer.h"
 #include "quantize/dynamic.h"
 #include "quantize/ptq.h"
 #include "quantize/qat.h"
@@ -25,21 +23,6 @@
 namespace pare::cli {
 
 namespace {
-
-// "a,b" and repeated flags both give lists.
-std::vector<std::string> split_commas(const std::vector<std::string>& in) {
-  std::vector<std::string> out;
-  for (auto& s : in) {
-    size_t start = 0;
-    while (start <= s.size()) {
-      size_t end = s.find(',', start);
-      if (end == std::string::npos) end = s.size();
-      if (end > start) out.push_back(s.substr(start, end - start));
-      start = end + 1;
-    }
-  }
-  return out;
-}
 
 struct QuantizeOpts {
   std::string model, calib, calib_split = "train", method = "minmax", activations = "uint8";
@@ -205,6 +188,36 @@ void run_static(QuantizeOpts& o) {
   if (!o.quiet) std::fprintf(stderr, "wrote %s\n", o.out.c_str());
 }
 
+// --qat's options: the run's options are TrainingRun's fields, registered here because --seed,
+// --batch-size, --normalize, --threads, --quiet and --json are shared with calibration.
+void add_qat_options(CLI::App* cmd, QuantizeOpts& o, CLI::Option* dynamic) {
+  auto qg = "Quantization-aware training (--qat)";
+  auto* qat = cmd->add_flag("--qat", o.qat,
+                            "Quantization-aware training: fake-quantize where static quantization "
+                            "puts QDQ pairs (scales calibrated on --calib), train, then write the same "
+                            "QDQ form")
+                  ->group(qg);
+  qat->excludes(dynamic);
+  o.run.trainer.epochs(1).lr(1e-4).batch_size(o.batch_size);
+  o.loss.temperature(4).alpha(0.9);
+  cmd->add_option("--teacher,-t", o.teachers,
+                  "Teacher for QAT with distillation: ONNX file, zoo spec or TorchScript; repeat for "
+                  "an ensemble (without one, QAT trains on the labels' cross entropy; loading TorchScript runs the code in "
+                  "the file: only files you trust)")
+      ->group(qg)->needs(qat);
+  cmd->add_option("--temperature,-T", o.loss.temperature_, "Softmax temperature of the KD term")
+      ->capture_default_str()->group(qg)->needs(qat);
+  cmd->add_option("--alpha", o.loss.alpha_, "Weight of the KD term; labels' cross entropy gets 1 - alpha")
+      ->capture_default_str()->group(qg)->needs(qat);
+  cmd->add_flag("--learn-scales", o.learn_scales, "Train the quantization scales too (LSQ)")->group(qg)->needs(qat);
+  cmd->add_option("--data,-d", o.run.data, "Training data (default: the --calib dataset)")->group(qg)->needs(qat);
+  // --batch-size and --seed serve calibration and training alike (declared above).
+  o.run.add_training_options(cmd, qg, qat, {"--batch-size", "--seed"});
+  cmd->add_option("--val-split", o.run.val_split, "Split evaluated after each epoch")
+      ->capture_default_str()->group(qg)->needs(qat);
+  cmd->add_flag("--no-val", o.run.no_val, "Skip evaluation after each epoch")->group(qg)->needs(qat);
+}
+
 }  // namespace
 
 void add_quantize(CLI::App& app, Action& action) {
@@ -262,35 +275,7 @@ void add_quantize(CLI::App& app, Action& action) {
   cmd->add_option("--threads", o->threads, "Intra-op threads (0: libtorch's default)");
   cmd->add_flag("--quiet,-q", o->quiet, "No progress output");
   cmd->add_option("--out,-o", o->out, "Where to write the quantized ONNX model")->required();
-  // Quantization-aware training: the run's options are TrainingRun's fields, registered here
-  // because --seed, --batch-size, --normalize, --threads, --quiet and --json are shared with
-  // calibration.
-  auto qg = "Quantization-aware training (--qat)";
-  auto* qat = cmd->add_flag("--qat", o->qat,
-                            "Quantization-aware training: fake-quantize where static quantization "
-                            "puts QDQ pairs (scales calibrated on --calib), train, then write the same "
-                            "QDQ form")
-                  ->group(qg);
-  qat->excludes(dyn);
-  auto& t = o->run.trainer;
-  t.epochs(1).lr(1e-4).batch_size(o->batch_size);
-  o->loss.temperature(4).alpha(0.9);
-  cmd->add_option("--teacher,-t", o->teachers,
-                  "Teacher for QAT with distillation: ONNX file, zoo spec or TorchScript; repeat for "
-                  "an ensemble (without one, QAT trains on the labels' cross entropy; loading TorchScript runs the code in "
-                  "the file: only files you trust)")
-      ->group(qg)->needs(qat);
-  cmd->add_option("--temperature,-T", o->loss.temperature_, "Softmax temperature of the KD term")
-      ->capture_default_str()->group(qg)->needs(qat);
-  cmd->add_option("--alpha", o->loss.alpha_, "Weight of the KD term; labels' cross entropy gets 1 - alpha")
-      ->capture_default_str()->group(qg)->needs(qat);
-  cmd->add_flag("--learn-scales", o->learn_scales, "Train the quantization scales too (LSQ)")->group(qg)->needs(qat);
-  cmd->add_option("--data,-d", o->run.data, "Training data (default: the --calib dataset)")->group(qg)->needs(qat);
-  // --batch-size and --seed serve calibration and training alike (declared above).
-  o->run.add_training_options(cmd, qg, qat, {"--batch-size", "--seed"});
-  cmd->add_option("--val-split", o->run.val_split, "Split evaluated after each epoch")
-      ->capture_default_str()->group(qg)->needs(qat);
-  cmd->add_flag("--no-val", o->run.no_val, "Skip evaluation after each epoch")->group(qg)->needs(qat);
+  add_qat_options(cmd, *o, dyn);
   cmd->footer(
       "Weights: symmetric int8, per output channel unless --per-tensor; biases int32 (scale = "
       "input scale * weight scale). Activations: the inputs and (Relu/Clip-fused) outputs of "

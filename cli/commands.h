@@ -39,6 +39,9 @@ void add_federate(CLI::App& app, Action& action);
 /// Adds every subcommand above to `app` (main, and the pipeline to check a recipe's stages).
 void add_commands(CLI::App& app, Action& action);
 
+/// "a,b" and repeated flags both give lists: every comma-separated piece of every value.
+std::vector<std::string> split_commas(const std::vector<std::string>& in);
+
 /// Adds --device to `cmd` (cpu, cuda, cuda:N or auto; `what` says what runs there).
 CLI::Option* add_device_option(CLI::App* cmd, std::string& device, const std::string& what);
 /// The device --device names for this process: cuda and auto take GPU LOCAL_RANK under a launcher.

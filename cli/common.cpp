@@ -12,6 +12,21 @@
 
 namespace pare::cli {
 
+// "a,b" and repeated flags both give lists.
+std::vector<std::string> split_commas(const std::vector<std::string>& in) {
+  std::vector<std::string> out;
+  for (auto& s : in) {
+    size_t start = 0;
+    while (start <= s.size()) {
+      size_t end = s.find(',', start);
+      if (end == std::string::npos) end = s.size();
+      if (end > start) out.push_back(s.substr(start, end - start));
+      start = end + 1;
+    }
+  }
+  return out;
+}
+
 void add_commands(CLI::App& app, Action& action) {
   add_inspect(app, action);
   add_run(app, action);

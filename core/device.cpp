@@ -10,7 +10,7 @@ namespace {
 at::Device cuda_device(const std::string& spec, int index) {
   PARE_CHECK_OPTION(compat::cuda_built(), "device", spec, ": this pare is built against libtorch ",
                     compat::torch_version(), " without CUDA; use cpu, or build pare against a CUDA libtorch "
-                    "(README: Building on a GPU machine)");
+                    "(docs/BUILDING.md: Building and checking on a GPU machine)");
   const int n = compat::cuda_device_count();
   PARE_CHECK_OPTION(n > 0, "device", spec, ": libtorch has CUDA but sees no GPU on this machine (check "
                     "nvidia-smi and CUDA_VISIBLE_DEVICES)");

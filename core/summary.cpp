@@ -289,4 +289,21 @@ std::string to_text(const ModelSummary& s) {
   return os.str();
 }
 
+std::vector<std::string> weight_shape_changes(const ModelSummary& before, const ModelSummary& after) {
+  std::map<std::string, std::vector<int64_t>> shape_before;
+  for (const auto& l : before.layers) shape_before[l.name] = l.weight_shape;
+  auto str = [](const std::vector<int64_t>& s) {
+    std::string r = "[";
+    for (size_t i = 0; i < s.size(); ++i) r += (i ? "," : "") + std::to_string(s[i]);
+    return r + "]";
+  };
+  std::vector<std::string> lines;
+  for (const auto& l : after.layers) {
+    auto it = shape_before.find(l.name);
+    if (it != shape_before.end() && it->second != l.weight_shape)
+      lines.push_back(l.name + ": " + str(it->second) + " -> " + str(l.weight_shape));
+  }
+  return lines;
+}
+
 }  // namespace pare::core

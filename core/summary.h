@@ -51,6 +51,10 @@ std::vector<int64_t> node_flops(const Graph& g, const std::map<std::string, std:
 
 /// Summarises `g`; FLOPs and output shapes come from a probe run at batch 1.
 ModelSummary summarize(const Graph& g);
+
+/// "NAME: [a,b] -> [c,d]" for every layer of `after` whose weight shape differs from the layer of
+/// the same name in `before` (what channel pruning changed), in `after`'s order.
+std::vector<std::string> weight_shape_changes(const ModelSummary& before, const ModelSummary& after);
 /// Summarises an ONNX file (adding its size and sparse initializers) or a zoo spec (weights
 /// seeded with `seed`). Throws InputError as load_model does.
 ModelSummary summarize_model(const std::string& path_or_spec, uint64_t seed = 0);
