@@ -9,7 +9,7 @@
 //
 // Kinds:
 //   GraphTeacher        a core::Graph (ONNX file or zoo spec): logits plus any intermediate value
-//   RtTeacher           an ONNX file or zoo spec run by pare_rt (export/runtime), the oneDNN inference
+//   RtTeacher           an ONNX file or zoo spec run by pare_rt (rt), the oneDNN inference
 //                       runtime: no autograd, int8 kernels for a QDQ teacher (--teacher-engine rt)
 //   TorchScriptTeacher  a torch.jit module (.pt/.ts/.torchscript): a black box yielding logits
 //   EnsembleTeacher     several teachers: the weighted mean of their logits (logits only)
@@ -28,7 +28,7 @@
 #include "core/graph.h"
 #include "core/module.h"
 #include "dist/shard.h"
-#include "export/runtime/rt.h"
+#include "rt/rt.h"
 
 namespace pare::distill {
 

@@ -25,7 +25,7 @@
 
 #include "core/error.h"
 #include "core/onnx_reader.h"
-#include "export/runtime/rt.h"
+#include "rt/rt.h"
 
 namespace pare::rt {
 

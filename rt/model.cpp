@@ -8,7 +8,7 @@
 #include <sstream>
 
 #include "core/file_util.h"
-#include "export/runtime/internal.h"
+#include "rt/internal.h"
 
 namespace pare::rt {
 

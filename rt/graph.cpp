@@ -9,7 +9,7 @@
 #include <set>
 #include <sstream>
 
-#include "export/runtime/internal.h"
+#include "rt/internal.h"
 
 namespace pare::rt {
 

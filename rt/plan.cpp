@@ -7,8 +7,8 @@
 #include <cstring>
 #include <set>
 
-#include "export/runtime/dnnl_compat.h"
-#include "export/runtime/internal.h"
+#include "rt/dnnl_compat.h"
+#include "rt/internal.h"
 
 namespace pare::rt {
 

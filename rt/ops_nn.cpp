@@ -4,10 +4,10 @@
 #include <cmath>
 #include <cstring>
 
-#include "export/runtime/dnnl_compat.h"
-#include "export/runtime/internal.h"
-#include "export/runtime/nn.h"
-#include "export/runtime/ops_util.h"
+#include "rt/dnnl_compat.h"
+#include "rt/internal.h"
+#include "rt/nn.h"
+#include "rt/ops_util.h"
 
 namespace pare::rt {
 

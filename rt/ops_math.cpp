@@ -6,9 +6,9 @@
 #include <cstring>
 #include <limits>
 
-#include "export/runtime/dnnl_compat.h"
-#include "export/runtime/internal.h"
-#include "export/runtime/ops_util.h"
+#include "rt/dnnl_compat.h"
+#include "rt/internal.h"
+#include "rt/ops_util.h"
 
 namespace pare::rt {
 namespace {
