@@ -123,7 +123,7 @@ target_compile_definitions(pare_deps INTERFACE $<$<BOOL:${PARE_WITH_CUDA}>:PARE_
 # tree. tests/arch/include_rules.py checks the finer rules (which single headers, no libtorch in
 # pare_rt); tests/arch/forbidden_include/ shows the compile failure.
 #
-#   pare_header_view(TARGET PUBLIC|PRIVATE VIEW_NAME core/error.h export/runtime ...)
+#   pare_header_view(TARGET PUBLIC|PRIVATE VIEW_NAME core/error.h rt ...)
 function(pare_header_view target scope name)
   set(view ${PROJECT_BINARY_DIR}/include-view/${name})
   foreach(entry ${ARGN})

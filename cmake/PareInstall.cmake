@@ -19,7 +19,7 @@ endif()
 install(TARGETS ${_libs} EXPORT pareTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 foreach(dir ${_dirs})
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${dir}/ DESTINATION include/pare/${dir}
-          FILES_MATCHING PATTERN "*.h" PATTERN "runtime" EXCLUDE PATTERN "wire.h" EXCLUDE)
+          FILES_MATCHING PATTERN "*.h" PATTERN "wire.h" EXCLUDE)
 endforeach()
 install(FILES ${PROJECT_SOURCE_DIR}/cli/schema.h DESTINATION include/pare/cli)
 install(EXPORT pareTargets NAMESPACE pare:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/pare)
@@ -27,8 +27,8 @@ install(EXPORT pareTargets NAMESPACE pare:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/
 # The edge runtime is a package of its own, find_package(pare_rt): libpare_rt.so and its two
 # headers, nothing of libtorch.
 install(TARGETS pare_rt EXPORT pare_rtTargets LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
-install(FILES ${PROJECT_SOURCE_DIR}/export/runtime/rt.h ${PROJECT_SOURCE_DIR}/export/runtime/pare_rt.h
-        DESTINATION include/pare/export/runtime)
+install(FILES ${PROJECT_SOURCE_DIR}/rt/rt.h ${PROJECT_SOURCE_DIR}/rt/pare_rt.h
+        DESTINATION include/pare/rt)
 install(EXPORT pare_rtTargets NAMESPACE pare:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/pare_rt
         FILE pare_rtConfig.cmake)
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/pare_rtConfigVersion.cmake COMPATIBILITY SameMinorVersion)

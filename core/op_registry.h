@@ -2,7 +2,7 @@
 // libtorch forward that works under autograd, and a FLOP count. Other modules attach their own
 // facets to the same entry (quantize/ its policy, prune/ its weight roles and channel
 // propagation) and look them up by name; a missing facet throws an error that names the op and
-// the facet. (pare_rt, in export/runtime/, has its own kernel table: it links no libtorch.)
+// the facet. (pare_rt, in rt/, has its own kernel table: it links no libtorch.)
 //
 //   auto& reg = OpRegistry::global();          // core ops registered on first use
 //   const OpDef& conv = reg.get("Conv");

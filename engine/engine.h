@@ -9,7 +9,7 @@
 // Kinds:
 //   TorchEngine        a core::Graph (ONNX file or zoo spec) on libtorch: logits plus any
 //                      intermediate value
-//   RtEngine           an ONNX file or zoo spec run by pare_rt (export/runtime), the oneDNN inference
+//   RtEngine           an ONNX file or zoo spec run by pare_rt (rt/), the oneDNN inference
 //                      runtime: no autograd, int8 kernels for a QDQ model (--teacher-engine rt)
 //   ShardedEngine      a graph sharded over the ranks of a process group (tensor or pipeline parallel)
 //   TorchScriptEngine  a torch.jit module (.pt/.ts/.torchscript): a black box yielding logits
@@ -30,7 +30,7 @@
 #include "core/graph.h"
 #include "core/module.h"
 #include "dist/shard.h"
-#include "export/runtime/rt.h"
+#include "rt/rt.h"
 
 namespace pare::engine {
 

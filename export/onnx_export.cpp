@@ -11,7 +11,7 @@
 #include "core/error.h"
 #include "core/file_util.h"
 #include "core/onnx_io.h"
-#include "export/runtime/rt.h"
+#include "rt/rt.h"
 
 #ifndef PARE_VERSION
 #define PARE_VERSION "0.1.0"

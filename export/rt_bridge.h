@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <string>
 
-#include "export/runtime/rt.h"
+#include "rt/rt.h"
 
 namespace pare::exporter {
 

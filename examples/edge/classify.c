@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "export/runtime/pare_rt.h"
+#include "rt/pare_rt.h"
 
 int main(int argc, char** argv) {
   if (argc < 5) {

@@ -11,7 +11,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "export/runtime/rt.h"
+#include "rt/rt.h"
 
 int main(int argc, char** argv) {
   if (argc < 3) {

@@ -9,15 +9,15 @@ The rules (who may include whom):
   dist/            dist, core
   train/           train, core, dist (the Trainer knows no teacher: distillation hands it a loss)
   engine/          engine, core, dist, and for the pare_rt engine export/rt_bridge.h and pare_rt's
-                   public API export/runtime/rt.h (export includes only core: no cycle)
+                   public API rt/rt.h
   distill/         distill, core, dist, train, engine
   prune/           prune, core
   quantize/        quantize, core
-  export/          export, core
-  export/runtime/  export/runtime and the torch-free base of core (core/onnx_reader.h,
-                   core/error.h, core/file_util.h); no libtorch header (<torch/...>, <ATen/...>,
-                   <c10/...>) in it or in that base
-  examples/edge/   export/runtime only (what an edge application carries)
+  export/          export, core, and pare_rt's public API rt/rt.h (the writers check what pare_rt loads)
+  rt/              rt and the torch-free base of core (core/onnx_reader.h, core/error.h,
+                   core/file_util.h); no libtorch header (<torch/...>, <ATen/...>, <c10/...>) in it
+                   or in that base
+  examples/edge/   rt only (what an edge application carries)
   pipeline/        pipeline, core (stages run the pare executable; cli/ supplies the CommandSchema)
   cli/, tests/, bench/, examples/ (other)   everything
 """
@@ -26,20 +26,21 @@ import re
 import sys
 import tempfile
 
-MODULES = ["core", "dist", "train", "engine", "distill", "prune", "quantize", "export", "federated", "pipeline", "cli"]
+MODULES = ["core", "dist", "train", "engine", "distill", "prune", "quantize", "export", "rt", "federated", "pipeline",
+           "cli"]
 TORCH_FREE_BASE = {"core/onnx_reader.h", "core/onnx_reader.cpp", "core/error.h", "core/error.cpp",
                    "core/file_util.h", "core/file_util.cpp"}
 ALLOWED = {
     "core": {"core"},
     "dist": {"dist", "core"},
     "train": {"train", "core", "dist"},
-    "engine": {"engine", "core", "dist", "export/rt_bridge.h", "export/runtime/rt.h"},
+    "engine": {"engine", "core", "dist", "export/rt_bridge.h", "rt/rt.h"},
     "distill": {"distill", "core", "dist", "train", "engine"},
     "prune": {"prune", "core"},
     "quantize": {"quantize", "core"},
-    "export": {"export", "core"},
-    "export/runtime": {"export/runtime"} | {f for f in TORCH_FREE_BASE if f.endswith(".h")},
-    "examples/edge": {"export/runtime"},
+    "export": {"export", "core", "rt/rt.h"},
+    "rt": {"rt"} | {f for f in TORCH_FREE_BASE if f.endswith(".h")},
+    "examples/edge": {"rt"},
     "federated": {"federated", "core", "train", "engine", "distill"},
     "pipeline": {"pipeline", "core"},
 }
@@ -49,9 +50,8 @@ TORCH = re.compile(r"^(torch|ATen|c10)/")
 
 def area(path):
     """The rule set a file falls under, or None (everything allowed)."""
-    for prefix in ("export/runtime/", "examples/edge/"):
-        if path.startswith(prefix):
-            return prefix[:-1]
+    if path.startswith("examples/edge/"):
+        return "examples/edge"
     top = path.split("/", 1)[0]
     return top if top in ALLOWED else None
 
@@ -72,7 +72,7 @@ def check(root):
                 continue
             rel = os.path.normpath(os.path.join(rel_dir, name)).replace(os.sep, "/")
             a = area(rel)
-            torch_free = a == "export/runtime" or a == "examples/edge" or rel in TORCH_FREE_BASE
+            torch_free = a == "rt" or a == "examples/edge" or rel in TORCH_FREE_BASE
             if a is None and not torch_free:
                 continue
             with open(os.path.join(dirpath, name), encoding="utf-8", errors="replace") as f:
@@ -93,14 +93,14 @@ def check(root):
 def self_test():
     with tempfile.TemporaryDirectory() as d:
         os.makedirs(f"{d}/prune")
-        os.makedirs(f"{d}/export/runtime")
+        os.makedirs(f"{d}/rt")
         with open(f"{d}/prune/a.cpp", "w") as f:
             f.write('#include "core/graph.h"\n#include "quantize/ptq.h"\n')
-        with open(f"{d}/export/runtime/b.cpp", "w") as f:
+        with open(f"{d}/rt/b.cpp", "w") as f:
             f.write('#include "core/onnx_reader.h"\n#include <ATen/ATen.h>\n#include "core/module.h"\n')
         got = check(d)
-        want = ['prune/a.cpp:2: includes "quantize/ptq.h"', "export/runtime/b.cpp:2: includes <ATen/ATen.h>",
-                'export/runtime/b.cpp:3: includes "core/module.h"']
+        want = ['prune/a.cpp:2: includes "quantize/ptq.h"', "rt/b.cpp:2: includes <ATen/ATen.h>",
+                'rt/b.cpp:3: includes "core/module.h"']
         missing = [w for w in want if not any(g.startswith(w) for g in got)]
         if missing or len(got) != len(want):
             print("self-test FAILED: expected", want, "got", got)

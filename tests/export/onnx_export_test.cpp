@@ -15,7 +15,7 @@
 #include "core/onnx_io.h"
 #include "core/zoo.h"
 #include "export/rt_bridge.h"
-#include "export/runtime/rt.h"
+#include "rt/rt.h"
 #include "tests/test_util.h"
 
 namespace pare::exporter {

@@ -128,7 +128,7 @@ TEST(RtBadInput, HugeDeclaredDimsWithMissingDataAreRefused) {
   }
 }
 
-// RUNTIME BUG (export/runtime/model.cpp Model::load_bytes, which plans the declared input shape,
+// RUNTIME BUG (rt/model.cpp Model::load_bytes, which plans the declared input shape,
 // and plan.cpp; reported, not fixed here): a graph input's declared dims are never checked for
 // size. x declared [2^62, 4] loads without an error (the byte count overflows int64 and wraps);
 // x declared [2^40, 4] makes load try a 13 TB arena and throw pare::Error "out of memory"

@@ -244,7 +244,7 @@ TEST(RtLowering, PerTensorWeights) {
   expect_within_steps(q, step, kBatches, {4, 8, 8});
 }
 
-// RUNTIME BUG (export/runtime/ops_quant.cpp build_qconv/build_qmatmul, reported, not fixed here):
+// RUNTIME BUG (rt/ops_quant.cpp build_qconv/build_qmatmul, reported, not fixed here):
 // on CPUs without VNNI (these AVX2 machines: AMD EPYC, avx2 only) oneDNN's int8 kernels
 // (jit_uni_int8:avx2 conv, gemm:jit u8s8 matmul) add pairs of u8 x s8 products in int16 with
 // saturation (vpmaddubsw), so 8-bit weights (codes up to +-127) times u8 activations overflow:

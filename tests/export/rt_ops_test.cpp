@@ -607,7 +607,7 @@ void add_tie_cases(std::vector<OpCase>& v, std::vector<OpCase>& bugs) {
   v.push_back(one("QuantizeLinear_TiesRoundLikeOnnx", "QuantizeLinear", ins, {}, 0, 1, 13));
   v.push_back(with(one("QuantizeLinear_TiesRoundLikeOnnxReferenceKernel", "QuantizeLinear", ins, {}, 0, 1, 13),
                    [](OpCase& k) { k.fold = true; }));
-  // RUNTIME BUG (export/runtime/ops_quant.cpp, ref_quantize and quantize_strided, as changed in
+  // RUNTIME BUG (rt/ops_quant.cpp, ref_quantize and quantize_strided, as changed in
   // this working tree; reported, not fixed here): they compute saturate_round(x / scale + zero)
   // on the claim that it equals round(x / scale) + zero for an integer zero point. Half to even is
   // not shift-invariant by an odd integer: x / scale = -99.5 gives round(-99.5) + 127 = 27 but
@@ -726,7 +726,7 @@ TEST(RtOpsCases, NamesAreUnique) {
 }
 
 // Known runtime bugs, one minimal case each (see the comments where the cases are made).
-// RUNTIME BUG (export/runtime/ops_quant.cpp): QuantizeLinear adds an odd zero point before rounding.
+// RUNTIME BUG (rt/ops_quant.cpp): QuantizeLinear adds an odd zero point before rounding.
 TEST(RtOpsBugs, QuantizeLinearRoundsTiesLikeOnnxWithAnOddZeroPoint) {
   run_case(bug_case("QuantizeLinear_TiesOddZeroPoint"));
   run_case(bug_case("QuantizeLinear_TiesOddZeroPointReferenceKernel"));

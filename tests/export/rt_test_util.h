@@ -16,7 +16,7 @@
 #include "core/module.h"
 #include "core/onnx_io.h"
 #include "export/rt_bridge.h"
-#include "export/runtime/rt.h"
+#include "rt/rt.h"
 
 namespace pare::rt_testing {
 

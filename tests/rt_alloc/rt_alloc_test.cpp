@@ -13,7 +13,7 @@
 
 #include "core/onnx_io.h"
 #include "core/zoo.h"
-#include "export/runtime/rt.h"
+#include "rt/rt.h"
 #include "quantize/ptq.h"
 
 namespace {

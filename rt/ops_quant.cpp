@@ -8,10 +8,10 @@
 #include <cstring>
 #include <limits>
 
-#include "export/runtime/dnnl_compat.h"
-#include "export/runtime/internal.h"
-#include "export/runtime/nn.h"
-#include "export/runtime/ops_util.h"
+#include "rt/dnnl_compat.h"
+#include "rt/internal.h"
+#include "rt/nn.h"
+#include "rt/ops_util.h"
 
 namespace pare::rt {
 namespace {
@@ -183,9 +183,13 @@ bool build_qdq(BuildCtx& b, bool quantize) {
   const PValue& x = b.v(b.in[0]);
   const PValue& s = b.v(b.in[1]);
   const bool has_z = b.node.has_in(2);
-  if (!s.known || s.known->numel() != 1 || (has_z && !b.v(b.in[2]).known) || !has_dnnl_type(x.dtype) ||
-      x.dims.empty() || x.dtype == DType::kInt32)
-    return false;
+  if (!s.known || s.known->numel() != 1)
+    return b.refuse("the scale is not one known value (per-axis or computed at run time); the oneDNN reorder takes a "
+                    "per-tensor constant scale");
+  if (has_z && !b.v(b.in[2]).known) return b.refuse("the zero point is computed at run time; the oneDNN reorder takes a constant");
+  if (!has_dnnl_type(x.dtype) || x.dtype == DType::kInt32)
+    return b.refuse("the input is ", dtype_name(x.dtype), "; the oneDNN reorder takes float32, uint8 or int8");
+  if (x.dims.empty()) return b.refuse("the input is a scalar; the oneDNN reorder takes rank 1 or more");
   const float scale = s.known->ptr<float>()[0];
   const int32_t zero = has_z ? static_cast<int32_t>(b.v(b.in[2]).known->i(0)) : 0;
   const PValue& y = b.v(b.out[0]);
@@ -547,9 +551,12 @@ void ref_qadd(RefCtx& c) { run_qadd(c.node, c.in[0], c.in[1], c.out[0], c.in[0].
 bool build_qadd(BuildCtx& b) {
   const PValue& a = b.v(b.in[0]);
   const PValue& y = b.v(b.out[0]);
-  if (a.dims != b.v(b.in[1]).dims || a.dims.empty() ||
-      a.md.get_size() != static_cast<size_t>(numel_of(a.dims) * dtype_size(a.dtype)))
-    return false;
+  if (a.dims != b.v(b.in[1]).dims)
+    return b.refuse("the inputs have dims ", dims_str(a.dims), " and ", dims_str(b.v(b.in[1]).dims),
+                    "; the int8 add kernel takes equal shapes (no broadcast)");
+  if (a.dims.empty()) return b.refuse("the inputs are scalars; the int8 add kernel takes rank 1 or more");
+  if (a.md.get_size() != static_cast<size_t>(numel_of(a.dims) * dtype_size(a.dtype)))
+    return b.refuse("input 0 is in a padded layout; the int8 add kernel takes dense bytes");
   const int bb = b.as(b.in[1], compat::retyped(a.md, dnnl_type(b.v(b.in[1]).dtype)));
   b.v(b.out[0]).md = compat::retyped(a.md, dnnl_type(y.dtype));
   const Node& n = b.node;
@@ -582,8 +589,9 @@ std::string check_nbits(Node& n, const Graph& g) {
 
 }  // namespace
 
-void decode_matmul_nbits(Graph& g) {
+bool decode_matmul_nbits(Graph& g) {
   const size_t count = g.nodes.size();
+  bool changed = false;
   for (size_t i = 0; i < count; ++i) {
     Node& n = g.nodes[i];
     if (n.dead || n.op != "MatMulNBits" || n.domain != "com.microsoft") continue;
@@ -641,7 +649,9 @@ void decode_matmul_nbits(Graph& g) {
       g.nodes.push_back(std::move(add));
       g.values[static_cast<size_t>(y)].producer = static_cast<int>(g.nodes.size()) - 1;
     }
+    changed = true;
   }
+  return changed;
 }
 
 void register_quant_ops(OpTable& t) {

@@ -25,7 +25,7 @@
 
 #include "core/error.h"
 #include "core/onnx_reader.h"
-#include "export/runtime/rt.h"
+#include "rt/rt.h"
 
 namespace pare::rt {
 
@@ -167,7 +167,7 @@ struct Graph {
 };
 
 /// Builds the graph of a model (constants read, Constant nodes folded, nodes checked against the
-/// op table) and applies the load-time passes. Throws InputError naming the file and node.
+/// op table) and applies the load-time passes (passes.h). Throws InputError naming the file and node.
 Graph build_graph(const reader::Model& m, const Options& opts, LoweringReport& report);
 
 // ---------------------------------------------------------------------------------------------
@@ -211,8 +211,8 @@ struct RefCtx {
 struct BuildCtx;
 
 /// One op pare_rt runs. `check` runs at load (static attributes); `infer` at plan time; `ref` runs
-/// on plain tensors (and folds constants); `build`, when set, lowers to oneDNN and returns false to
-/// fall back to `ref`.
+/// on plain tensors (and folds constants); `build`, when set, lowers to oneDNN, or refuses the node
+/// with `return b.refuse("why")` to fall back to `ref` (the reason reaches LoweringReport::fallbacks).
 struct OpImpl {
   std::string op, domain;
   int in_min = 1, in_max = 1, out_min = 1, out_max = 1;
@@ -240,8 +240,9 @@ void register_nn_ops(OpTable& t);       // ops_nn.cpp: Conv, Gemm, MatMul, pooli
 void register_quant_ops(OpTable& t);    // ops_quant.cpp: QDQ, the int8 nodes, dynamic quantization
 
 /// Replaces com.microsoft MatMulNBits (constant 4-bit weights) by a float MatMul (+ Add for its
-/// bias) with the weights decoded once (ops_quant.cpp).
-void decode_matmul_nbits(Graph& g);
+/// bias) with the weights decoded once (ops_quant.cpp); true when it replaced any. A pass of the
+/// table in passes.cpp.
+bool decode_matmul_nbits(Graph& g);
 
 /// The oneDNN eltwise algorithm of an activation op with its alpha/beta, or nullopt.
 std::optional<PostOp> activation_post_op(const Node& n, const Graph& g);
@@ -290,6 +291,7 @@ struct Plan {
   std::vector<TensorView> out_views;             ///< what Model::run returns
   std::vector<int> root_input;  ///< per value: the graph input whose bytes it is, or -1
   std::vector<std::pair<int, dnnl::memory*>> external_mems;  ///< memories over graph inputs
+  std::vector<std::string> fallbacks;  ///< "Gemm 'fc': reference kernel: why" per refused node
 };
 
 /// What a step sees while running.
@@ -356,6 +358,13 @@ struct BuildCtx {
   template <class... A> [[noreturn]] void fail(const A&... a) const {
     throw InputError(node.label() + ": " + detail::concat(a...));
   }
+  /// Declines the node, saying why (the attribute, dtype or shape the kernel does not take): the
+  /// reference kernel runs it instead. Returns false, for `return b.refuse(...)` in a builder.
+  template <class... A> bool refuse(const A&... a) {
+    refusal = detail::concat(a...);
+    return false;
+  }
+  std::string refusal;  ///< set by refuse()
 };
 
 /// Runs a node's reference kernel on known inputs (constant folding).

@@ -19,7 +19,7 @@
 #include <mutex>
 #include <string>
 
-#include "export/runtime/internal.h"
+#include "rt/internal.h"
 
 #define PARE_DNNL_FUNCTIONS(X)                                                                              \
   X(dnnl_binary_desc_init) X(dnnl_dilated_convolution_forward_desc_init) X(dnnl_eltwise_forward_desc_init) \

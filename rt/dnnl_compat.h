@@ -12,7 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "export/runtime/internal.h"
+#include "rt/internal.h"
 
 namespace pare::rt::compat {
 

@@ -2,8 +2,8 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "export/runtime/dnnl_compat.h"
-#include "export/runtime/internal.h"
+#include "rt/dnnl_compat.h"
+#include "rt/internal.h"
 
 namespace pare::rt {
 

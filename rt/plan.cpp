@@ -7,8 +7,8 @@
 #include <cstring>
 #include <set>
 
-#include "export/runtime/dnnl_compat.h"
-#include "export/runtime/internal.h"
+#include "rt/dnnl_compat.h"
+#include "rt/internal.h"
 
 namespace pare::rt {
 
@@ -324,6 +324,40 @@ void check_size(DType t, const std::vector<int64_t>& dims, const std::string& wh
   }
 }
 
+namespace {
+
+// A node's steps: its oneDNN kernel when `impl.build` takes the node, else its reference kernel (the
+// build's refusal, which says why, goes to p.fallbacks).
+void build_steps(const Graph& g, const Node& n, const OpImpl& impl, const InferCtx& ic, Plan& p,
+                 const dnnl::engine& eng, dnnl::stream& stream, WeightCache& weights) {
+  BuildCtx b{g, n, p, eng, stream, weights, {}, {}};
+  for (int v : n.in) b.in.push_back(v);
+  for (int v : n.out) b.out.push_back(v < 0 ? b.temp(DType::kFloat32, {}, plain_md(DType::kFloat32, {})) : v);
+  for (size_t k = 0; k < n.out.size(); ++k)
+    if (n.out[k] < 0) {  // an omitted output still gets a scratch value of the right size
+      b.v(b.out[k]).dtype = ic.out[k].dtype;
+      b.v(b.out[k]).dims = ic.out[k].dims;
+      b.v(b.out[k]).md = plain_md(ic.out[k].dtype, ic.out[k].dims);
+    }
+  bool built = false;
+  try {
+    built = impl.build && impl.build(b);
+    if (!built) {
+      PARE_ASSERT(!impl.build || !b.refusal.empty(), n.label(), ": its oneDNN builder declined without a reason "
+                  "(a builder refuses with `return b.refuse(why)`)");
+      PARE_CHECK(impl.ref != nullptr, n.label(), ": no kernel for these inputs",
+                 b.refusal.empty() ? "" : ": " + b.refusal);
+      if (!b.refusal.empty()) p.fallbacks.push_back(n.label() + ": reference kernel: " + b.refusal);
+      build_ref(b, impl);
+    }
+  } catch (const dnnl::error& e) {
+    throw Error(n.label() + ": oneDNN refused the primitive (" + e.what() + ")");
+  }
+  for (int v : b.out) PARE_ASSERT(!b.v(v).md.is_zero() || b.v(v).dims.empty(), "output layout unset by ", n.label());
+}
+
+}  // namespace
+
 std::unique_ptr<Plan> build_plan(const Graph& g, const std::vector<std::vector<int64_t>>& input_dims,
                                  const dnnl::engine& eng, dnnl::stream& stream, WeightCache& weights) {
   auto plan = std::make_unique<Plan>();
@@ -391,26 +425,7 @@ std::unique_ptr<Plan> build_plan(const Graph& g, const std::vector<std::vector<i
       }
       continue;
     }
-    BuildCtx b{g, n, p, eng, stream, weights, {}, {}};
-    for (int v : n.in) b.in.push_back(v);
-    for (int v : n.out) b.out.push_back(v < 0 ? b.temp(DType::kFloat32, {}, plain_md(DType::kFloat32, {})) : v);
-    for (size_t k = 0; k < n.out.size(); ++k)
-      if (n.out[k] < 0) {  // an omitted output still gets a scratch value of the right size
-        b.v(b.out[k]).dtype = ic.out[k].dtype;
-        b.v(b.out[k]).dims = ic.out[k].dims;
-        b.v(b.out[k]).md = plain_md(ic.out[k].dtype, ic.out[k].dims);
-      }
-    bool built = false;
-    try {
-      built = impl->build && impl->build(b);
-      if (!built) {
-        PARE_CHECK(impl->ref != nullptr, n.label(), ": no kernel for these inputs");
-        build_ref(b, *impl);
-      }
-    } catch (const dnnl::error& e) {
-      throw Error(n.label() + ": oneDNN refused the primitive (" + e.what() + ")");
-    }
-    for (int v : b.out) PARE_ASSERT(!b.v(v).md.is_zero() || b.v(v).dims.empty(), "output layout unset by ", n.label());
+    build_steps(g, n, *impl, ic, p, eng, stream, weights);
   }
 
   // Outputs: plain, in bytes of their own.

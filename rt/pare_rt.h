@@ -1,5 +1,5 @@
 /* pare_rt's C interface: load an ONNX model written by pare and run it, from C or any language
- * with a C FFI. Wraps pare::rt::Model (export/runtime/rt.h).
+ * with a C FFI. Wraps pare::rt::Model (rt/rt.h).
  *
  *   char err[512];
  *   pare_rt_model* m = pare_rt_load("student.int8.onnx", 0, err, sizeof err);

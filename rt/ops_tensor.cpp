@@ -6,9 +6,9 @@
 #include <limits>
 #include <numeric>
 
-#include "export/runtime/dnnl_compat.h"
-#include "export/runtime/internal.h"
-#include "export/runtime/ops_util.h"
+#include "rt/dnnl_compat.h"
+#include "rt/internal.h"
+#include "rt/ops_util.h"
 
 namespace pare::rt {
 namespace {
@@ -249,7 +249,9 @@ void ref_transpose(RefCtx& c) {
 // A transpose of a oneDNN type is a reorder from the input read with permuted strides.
 bool build_transpose(BuildCtx& b) {
   const PValue& x = b.v(b.in[0]);
-  if (!has_dnnl_type(x.dtype) || x.dims.empty()) return false;
+  if (!has_dnnl_type(x.dtype))
+    return b.refuse("the input is ", dtype_name(x.dtype), "; the oneDNN reorder takes float32, uint8, int8 or int32");
+  if (x.dims.empty()) return b.refuse("the input is a scalar; the oneDNN reorder takes rank 1 or more");
   const int src = b.plain(b.in[0]);
   auto p = perm_of(b.node.attrs, x.dims.size());
   const auto st = row_major_strides(x.dims);
@@ -722,7 +724,7 @@ void register_tensor_ops(OpTable& t) {
   dropout.out_max = 2;
   dropout.ref = ref_dropout;
   dropout.build = [](BuildCtx& b) {
-    if (b.out.size() > 1) return false;  // the mask is wanted: computed by ref
+    if (b.out.size() > 1) return b.refuse("its mask output is read; the view kernel computes no mask");
     return build_view(b);
   };
   t.add(dropout);

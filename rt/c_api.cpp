@@ -1,12 +1,12 @@
 // The C interface (pare_rt.h) over pare::rt::Model: exceptions become return codes and messages.
-#include "export/runtime/pare_rt.h"
+#include "rt/pare_rt.h"
 
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
-#include "export/runtime/rt.h"
+#include "rt/rt.h"
 
 #ifndef PARE_VERSION
 #define PARE_VERSION "0.1.0"

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "export/runtime/internal.h"
+#include "rt/internal.h"
 
 namespace pare::rt::ops {
 

@@ -4,10 +4,10 @@
 #include <cmath>
 #include <cstring>
 
-#include "export/runtime/dnnl_compat.h"
-#include "export/runtime/internal.h"
-#include "export/runtime/nn.h"
-#include "export/runtime/ops_util.h"
+#include "rt/dnnl_compat.h"
+#include "rt/internal.h"
+#include "rt/nn.h"
+#include "rt/ops_util.h"
 
 namespace pare::rt {
 
@@ -239,7 +239,9 @@ bool build_gemm(BuildCtx& b) {
   const bool has_c = n.has_in(2);
   // alpha scales A*B only; oneDNN adds the bias before post-ops, so C is folded into the bias
   // as beta*C/alpha (a constant C), and alpha becomes a linear post-op.
-  if (has_c && !b.v(b.in[2]).known && (alpha != 1.f || beta != 1.f)) return false;
+  if (has_c && !b.v(b.in[2]).known && (alpha != 1.f || beta != 1.f))
+    return b.refuse("alpha=", alpha, " beta=", beta, " with C computed at run time; oneDNN adds the bias before "
+                    "scaling, so C must be a constant (or alpha=1 beta=1)");
   const auto f32 = dnnl::memory::data_type::f32;
   const md a_md = ta ? md({M, K}, f32, {1, M}) : md({M, K}, f32, {K, 1});
   const md w_src = tb ? md({K, N}, f32, {1, K}) : md({K, N}, f32, {N, 1});

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "export/runtime/internal.h"
+#include "rt/internal.h"
 
 namespace pare::rt {
 

@@ -2,13 +2,14 @@
 // plan of their shapes, execute).
 #include <omp.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <mutex>
 #include <sstream>
 
 #include "core/file_util.h"
-#include "export/runtime/internal.h"
+#include "rt/internal.h"
 
 namespace pare::rt {
 
@@ -48,6 +49,10 @@ struct Model::Impl {
       throw InputError("'" + graph.origin + "': " + e.what());
     }
     Plan& ref = *p;
+    // Kernel refusals join the report, once each (plans at other shapes refuse alike).
+    for (auto& f : ref.fallbacks)
+      if (std::find(report.fallbacks.begin(), report.fallbacks.end(), f) == report.fallbacks.end())
+        report.fallbacks.push_back(f);
     ref.threads = omp_get_max_threads();
     ref.input_dims = dims;
     for (int v : ref.outputs) {

@@ -91,6 +91,13 @@ struct LoweringReport {
   int fused_activations = 0;  ///< Relu/Clip/... fused into the op before them
   int constant_nodes = 0;     ///< nodes computed once at load
   std::vector<std::string> notes;  ///< "Conv 'c1': int8 u8 x s8 -> u8, relu fused" and the like
+  /// The load-time passes that changed the graph, in the order they ran (rt/passes.cpp has the table).
+  std::vector<std::string> passes;
+  /// Nodes that did not get their fast form, each with why: a QDQ pattern left in float ("Conv 'c1':
+  /// stays float, QDQ simulated: the weight is uint8; ..."), a oneDNN kernel that refused the node
+  /// ("Gemm 'fc': reference kernel: ..."). Kernels are chosen per input shape: load plans the
+  /// symbolic dims as 1, and a run at new shapes adds what its plan refused.
+  std::vector<std::string> fallbacks;
 
   std::string to_text() const;
 };

@@ -1,212 +1,15 @@
-// Builds pare_rt's graph from a read model and rewrites it for execution: QDQ patterns into int8
-// nodes, BatchNormalization into the Conv before it, activations into the op before them, constant
-// subgraphs computed once, dead nodes dropped.
+// The load-time passes of pare_rt (passes.h): each rewrites one pattern of the graph and says
+// whether it changed anything; graph_passes() lists them in the order they run.
+#include "rt/passes.h"
+
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <set>
 #include <sstream>
 
-#include "export/runtime/internal.h"
-
 namespace pare::rt {
 
-// ---------------------------------------------------------------------------------------------
-// Attributes, nodes, the graph
-
-const reader::AttrValue* Attrs::find(const std::string& k) const {
-  for (auto& [name, v] : list_)
-    if (name == k) return &v;
-  return nullptr;
-}
-
 namespace {
-template <class T>
-const T& attr_as(const reader::AttrValue* v, const std::string& k, const std::string& node, const char* kind) {
-  const T* p = std::get_if<T>(v);
-  PARE_CHECK(p != nullptr, node, ": attribute '", k, "' must be ", kind);
-  return *p;
-}
-}  // namespace
-
-int64_t Attrs::i(const std::string& k, int64_t def) const {
-  auto* v = find(k);
-  return v ? attr_as<int64_t>(v, k, node_, "an INT") : def;
-}
-float Attrs::f(const std::string& k, float def) const {
-  auto* v = find(k);
-  return v ? attr_as<float>(v, k, node_, "a FLOAT") : def;
-}
-std::string Attrs::s(const std::string& k, const std::string& def) const {
-  auto* v = find(k);
-  return v ? attr_as<std::string>(v, k, node_, "a STRING") : def;
-}
-std::vector<int64_t> Attrs::ints(const std::string& k, const std::vector<int64_t>& def) const {
-  auto* v = find(k);
-  return v ? attr_as<std::vector<int64_t>>(v, k, node_, "INTS") : def;
-}
-std::vector<float> Attrs::floats(const std::string& k, const std::vector<float>& def) const {
-  auto* v = find(k);
-  return v ? attr_as<std::vector<float>>(v, k, node_, "FLOATS") : def;
-}
-const reader::Tensor* Attrs::tensor(const std::string& k) const {
-  auto* v = find(k);
-  return v ? &attr_as<reader::Tensor>(v, k, node_, "a TENSOR") : nullptr;
-}
-std::vector<std::string> Attrs::names() const {
-  std::vector<std::string> r;
-  for (auto& [k, v] : list_) r.push_back(k);
-  return r;
-}
-void Attrs::set_int(const std::string& k, int64_t v) {
-  for (auto& [name, x] : list_)
-    if (name == k) {
-      x = v;
-      return;
-    }
-  list_.emplace_back(k, v);
-}
-
-std::string Node::label() const {
-  return name.empty() ? op + " #" + std::to_string(index) : op + " '" + name + "'";
-}
-
-int Graph::value(const std::string& name) {
-  auto it = by_name.find(name);
-  if (it != by_name.end()) return it->second;
-  const int id = static_cast<int>(values.size());
-  values.push_back(Value{name, std::nullopt, -1, false});
-  by_name.emplace(name, id);
-  return id;
-}
-
-std::vector<int> Graph::consumers(int v) const {
-  std::vector<int> r;
-  for (size_t i = 0; i < nodes.size(); ++i) {
-    if (nodes[i].dead) continue;
-    for (int x : nodes[i].in)
-      if (x == v) {
-        r.push_back(static_cast<int>(i));
-        break;
-      }
-  }
-  return r;
-}
-
-Node* Graph::producer(int v) {
-  const int p = values[static_cast<size_t>(v)].producer;
-  if (p < 0 || nodes[static_cast<size_t>(p)].dead) return nullptr;
-  return &nodes[static_cast<size_t>(p)];
-}
-
-namespace {
-
-// ---------------------------------------------------------------------------------------------
-// Reading
-
-float half_to_float(uint16_t h) {
-  const uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ffu;
-  uint32_t bits;
-  if (exp == 0) {
-    if (man == 0) {
-      bits = sign;
-    } else {  // subnormal
-      int e = -1;
-      uint32_t m = man;
-      do {
-        ++e;
-        m <<= 1;
-      } while (!(m & 0x400u));
-      bits = sign | ((127 - 15 - e) << 23) | ((m & 0x3ffu) << 13);
-    }
-  } else if (exp == 31) {
-    bits = sign | 0x7f800000u | (man << 13);
-  } else {
-    bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-// A constant from the file: the block is shared, not copied. float16/bfloat16/float64 become
-// float32 and int16 becomes int32 (pare_rt computes in those).
-HTensor from_reader(const reader::Tensor& t, const std::string& what, std::vector<std::string>* notes) {
-  HTensor h;
-  h.dims = t.dims;
-  if (auto d = dtype_from_onnx(t.elem_type)) {
-    h.dtype = *d;
-    h.storage = t.storage;
-    h.data = t.data;
-    if (!h.data) h = HTensor::zeros(*d, t.dims);
-    return h;
-  }
-  const int64_t n = t.numel();
-  const bool to_int = t.elem_type == reader::kInt16;
-  h = HTensor::zeros(to_int ? DType::kInt32 : DType::kFloat32, t.dims);
-  for (int64_t k = 0; k < n; ++k) {
-    switch (t.elem_type) {
-      case reader::kInt16: h.ptr<int32_t>()[k] = static_cast<const int16_t*>(t.data)[k]; break;
-      case reader::kDouble: h.ptr<float>()[k] = static_cast<float>(static_cast<const double*>(t.data)[k]); break;
-      case reader::kFloat16: h.ptr<float>()[k] = half_to_float(static_cast<const uint16_t*>(t.data)[k]); break;
-      case reader::kBFloat16: {
-        const uint32_t bits = static_cast<uint32_t>(static_cast<const uint16_t*>(t.data)[k]) << 16;
-        std::memcpy(h.ptr<float>() + k, &bits, 4);
-        break;
-      }
-      default: PARE_CHECK(false, what, " has element type ", reader::elem_type_name(t.elem_type), ", which pare_rt does not run");
-    }
-  }
-  if (notes) notes->push_back(what + ": " + reader::elem_type_name(t.elem_type) + " read as " + dtype_name(h.dtype));
-  return h;
-}
-
-ValueSpec spec_of(const reader::ValueInfo& v, const std::string& role) {
-  PARE_CHECK(v.is_tensor, role, " '", v.name, "' is not a tensor (sequences and maps are not supported)");
-  auto d = dtype_from_onnx(v.elem_type);
-  PARE_CHECK(d.has_value(), role, " '", v.name, "' has element type ", reader::elem_type_name(v.elem_type),
-             "; pare_rt takes float32, uint8, int8, int32, int64 and bool");
-  ValueSpec s;
-  s.name = v.name;
-  s.dtype = *d;
-  for (auto& dim : v.dims) {
-    s.dims.push_back(dim.value);
-    s.symbols.push_back(dim.value >= 0 ? "" : dim.symbol);
-  }
-  return s;
-}
-
-// A Constant node's value.
-HTensor constant_value(const Node& n) {
-  const Attrs& a = n.attrs;
-  if (const reader::Tensor* t = a.tensor("value")) return from_reader(*t, n.label(), nullptr);
-  if (a.has("value_float")) {
-    HTensor h = HTensor::zeros(DType::kFloat32, {});
-    h.ptr<float>()[0] = a.f("value_float", 0);
-    return h;
-  }
-  if (a.has("value_int")) {
-    HTensor h = HTensor::zeros(DType::kInt64, {});
-    h.ptr<int64_t>()[0] = a.i("value_int", 0);
-    return h;
-  }
-  if (a.has("value_floats")) {
-    auto v = a.floats("value_floats");
-    HTensor h = HTensor::zeros(DType::kFloat32, {static_cast<int64_t>(v.size())});
-    std::copy(v.begin(), v.end(), h.ptr<float>());
-    return h;
-  }
-  if (a.has("value_ints")) {
-    auto v = a.ints("value_ints");
-    HTensor h = HTensor::zeros(DType::kInt64, {static_cast<int64_t>(v.size())});
-    std::copy(v.begin(), v.end(), h.ptr<int64_t>());
-    return h;
-  }
-  throw InputError(n.label() + ": Constant needs one of value, value_float, value_int, value_floats, value_ints "
-                   "(strings and sparse values are not supported)");
-}
 
 // ---------------------------------------------------------------------------------------------
 // Helpers of the passes
@@ -250,11 +53,24 @@ bool zero_is_all_zero(const HTensor* z) {
   return true;
 }
 
-// A per-tensor activation DQ on a value computed at run time (u8 or s8).
-bool activation_dq(Graph& g, const Dq& d) {
-  if (g.constant(d.q) || !is_scalar(d.scale) || (d.zero && !is_scalar(d.zero))) return false;
-  if (d.zero && d.zero->dtype != DType::kUInt8 && d.zero->dtype != DType::kInt8) return false;
-  return d.scale->ptr<float>()[0] > 0;
+// Why DQ `d` is not a per-tensor activation DQ on a value computed at run time (u8 or s8), as int8
+// kernels take; "" when it is.
+std::string activation_dq_refusal(Graph& g, const Dq& d) {
+  const std::string what = "the input '" + g.values[static_cast<size_t>(d.q)].name + "'";
+  if (g.constant(d.q)) return what + " is a constant, not an activation";
+  if (!is_scalar(d.scale) || (d.zero && !is_scalar(d.zero)))
+    return what + " is quantized per channel; int8 kernels take one activation scale and zero point";
+  if (d.zero && d.zero->dtype != DType::kUInt8 && d.zero->dtype != DType::kInt8)
+    return what + " has a " + dtype_name(d.zero->dtype) + " zero point; int8 kernels take uint8 or int8";
+  if (!(d.scale->ptr<float>()[0] > 0)) return what + " has a scale that is not positive";
+  return "";
+}
+
+// Sets `why`, the reason a rewrite declines a node whose pattern it recognised, and returns false.
+template <class... A>
+bool decline(std::string& why, const A&... a) {
+  why = detail::concat(a...);
+  return false;
 }
 
 int32_t zero_of(const Dq& d) { return d.zero ? static_cast<int32_t>(d.zero->i(0)) : 0; }
@@ -317,42 +133,92 @@ void retarget_output(Graph& g, Node& n, size_t slot, int v) {
   g.values[static_cast<size_t>(v)].producer = static_cast<int>(&n - g.nodes.data());
 }
 
+// The int8 weight of compute node `n` as its int8 node wants it (Gemm with transB: transposed to
+// [K, N]) and the weight axis holding output channels; false, saying why, when the node does not fit
+// an int8 kernel.
+bool int8_weight(const Node& n, const HTensor& wq, HTensor& weight, int64_t& out_axis, std::string& why) {
+  const int64_t wrank = static_cast<int64_t>(wq.dims.size());
+  weight = wq;
+  if (n.op == "Conv") {
+    out_axis = 0;
+    return wrank >= 3 || decline(why, "the weight has rank ", wrank, "; a Conv weight has rank 3 or more");
+  }
+  if (n.op == "MatMul") {
+    out_axis = 1;
+    return wrank == 2 || decline(why, "the weight has rank ", wrank, "; the int8 MatMul takes a 2-d weight");
+  }
+  if (wrank != 2) return decline(why, "the weight has rank ", wrank, "; the int8 Gemm takes a 2-d weight");
+  if (n.attrs.i("transA", 0) != 0) return decline(why, "transA=1; the int8 Gemm takes A untransposed");
+  const float alpha = n.attrs.f("alpha", 1.f), beta = n.attrs.f("beta", 1.f);
+  if (alpha != 1.f || beta != 1.f)
+    return decline(why, "alpha=", alpha, " beta=", beta, "; the int8 Gemm takes alpha=1 beta=1");
+  const bool trans = n.attrs.i("transB", 0) != 0;
+  out_axis = trans ? 0 : 1;
+  if (trans) {  // stored [N, K]: the int8 matmul takes [K, N]
+    const int64_t N = wq.dims[0], K = wq.dims[1];
+    weight = HTensor::zeros(DType::kInt8, {K, N});
+    for (int64_t a = 0; a < N; ++a)
+      for (int64_t b = 0; b < K; ++b) weight.ptr<int8_t>()[b * N + a] = wq.ptr<int8_t>()[a * K + b];
+  }
+  return true;
+}
+
+// The bias of `n` (input 2 of Conv and Gemm) into q.bias, in the accumulator domain: int32 as stored
+// when its scale is x_scale * w_scale, else float b / (x_scale * w_scale). False, saying why, when
+// it is not a constant (or a dequantized constant) of one value per output channel.
+bool accumulator_bias(Graph& g, const Node& n, int64_t channels, QuantInfo& q, std::string& why) {
+  const size_t bias_slot = 2;
+  if (n.op == "MatMul" || !n.has_in(bias_slot)) return true;
+  const HTensor* b = g.constant(n.in[bias_slot]);
+  std::optional<Dq> bd;
+  if (!b) {
+    bd = dq_feeding(g, n.in[bias_slot]);
+    if (!bd || !g.constant(bd->q) || !zero_is_all_zero(bd->zero))
+      return decline(why, "the bias is neither a constant nor a DequantizeLinear of a constant with zero point 0");
+  }
+  const HTensor& src = b ? *b : *g.constant(bd->q);
+  if (src.numel() != channels || (src.dims.size() != 1))
+    return decline(why, "the bias has dims ", dims_str(src.dims), ", not [", channels, "]");
+  const size_t ns = q.w_scale.size();
+  bool exact = !b && src.dtype == DType::kInt32;
+  std::vector<double> real(static_cast<size_t>(channels));
+  for (int64_t c = 0; c < channels; ++c) {
+    const double bs = b ? 1.0 : bd->scale->f(bd->scale->numel() == 1 ? 0 : c);
+    const double acc_scale = static_cast<double>(q.x_scale) * q.w_scale[ns == 1 ? 0 : static_cast<size_t>(c)];
+    real[static_cast<size_t>(c)] = src.f(c) * bs / acc_scale;
+    if (exact && std::fabs(bs / acc_scale - 1.0) > 1e-6) exact = false;
+  }
+  HTensor acc = HTensor::zeros(exact ? DType::kInt32 : DType::kFloat32, {channels});
+  for (int64_t c = 0; c < channels; ++c) {
+    if (exact) acc.ptr<int32_t>()[c] = static_cast<int32_t>(src.i(c));
+    else acc.ptr<float>()[c] = static_cast<float>(real[static_cast<size_t>(c)]);
+  }
+  q.bias = acc;
+  return true;
+}
+
 // Replaces compute node `n` (Conv/Gemm/MatMul over a quantized activation and int8 weights) by an
-// int8 node; true when it did.
-bool fuse_compute(Graph& g, Node& n, LoweringReport& rep) {
+// int8 node; true when it did. A QDQ pattern it cannot lower sets `why`.
+bool fuse_compute(Graph& g, Node& n, LoweringReport& rep, std::string& why) {
   if (!n.has_in(0) || !n.has_in(1)) return false;
   auto x = dq_feeding(g, n.in[0]);
   auto w = dq_feeding(g, n.in[1]);
-  if (!x || !w || !activation_dq(g, *x)) return false;
+  if (!x || !w) return false;  // not a QDQ pattern
+  if (std::string r = activation_dq_refusal(g, *x); !r.empty()) return decline(why, r);
   const HTensor* wq = g.constant(w->q);
-  if (!wq || wq->dtype != DType::kInt8 || !zero_is_all_zero(w->zero)) return false;
+  if (!wq) return decline(why, "the weight is computed at run time; int8 kernels take a constant weight");
+  if (wq->dtype != DType::kInt8) return decline(why, "the weight is ", dtype_name(wq->dtype), "; int8 kernels take int8 weights");
+  if (!zero_is_all_zero(w->zero)) return decline(why, "the weight zero point is not 0; int8 kernels take symmetric weights");
   const int64_t wrank = static_cast<int64_t>(wq->dims.size());
-
-  // Which weight axis holds output channels, and the weight as the int8 node wants it.
-  HTensor weight = *wq;
+  HTensor weight;
   int64_t out_axis = 0;
-  if (n.op == "Conv") {
-    if (wrank < 3) return false;
-    out_axis = 0;
-  } else if (n.op == "Gemm") {
-    if (wrank != 2 || n.attrs.i("transA", 0) != 0 || n.attrs.f("alpha", 1.f) != 1.f || n.attrs.f("beta", 1.f) != 1.f)
-      return false;
-    const bool trans = n.attrs.i("transB", 0) != 0;
-    out_axis = trans ? 0 : 1;
-    if (trans) {  // stored [N, K]: the int8 matmul takes [K, N]
-      const int64_t N = wq->dims[0], K = wq->dims[1];
-      weight = HTensor::zeros(DType::kInt8, {K, N});
-      for (int64_t a = 0; a < N; ++a)
-        for (int64_t b = 0; b < K; ++b) weight.ptr<int8_t>()[b * N + a] = wq->ptr<int8_t>()[a * K + b];
-    }
-  } else {  // MatMul
-    if (wrank != 2) return false;
-    out_axis = 1;
-  }
+  if (!int8_weight(n, *wq, weight, out_axis, why)) return false;
   const int64_t channels = wq->dims[static_cast<size_t>(out_axis)];
   const int64_t ns = w->scale->numel();
   int64_t dq_axis = w->axis < 0 ? w->axis + wrank : w->axis;
-  if (ns != 1 && (ns != channels || dq_axis != out_axis)) return false;
+  if (ns != 1 && (ns != channels || dq_axis != out_axis))
+    return decline(why, "the weight has ", ns, " scales along axis ", dq_axis, "; int8 kernels take one, or one per "
+                   "output channel (", channels, " along axis ", out_axis, ")");
 
   QuantInfo q;
   q.x_scale = x->scale->ptr<float>()[0];
@@ -361,35 +227,8 @@ bool fuse_compute(Graph& g, Node& n, LoweringReport& rep) {
   const int x_value = x->q;
   for (int64_t c = 0; c < ns; ++c) q.w_scale.push_back(w->scale->ptr<float>()[c]);
   for (float s : q.w_scale)
-    if (!(s > 0) || !std::isfinite(s)) return false;
-
-  // The bias, in the accumulator domain: int32 as stored when its scale is x_scale * w_scale,
-  // else float b / (x_scale * w_scale).
-  const size_t bias_slot = 2;
-  if (n.op != "MatMul" && n.has_in(bias_slot)) {
-    const HTensor* b = g.constant(n.in[bias_slot]);
-    std::optional<Dq> bd;
-    if (!b) {
-      bd = dq_feeding(g, n.in[bias_slot]);
-      if (!bd || !g.constant(bd->q) || !zero_is_all_zero(bd->zero)) return false;
-    }
-    const HTensor& src = b ? *b : *g.constant(bd->q);
-    if (src.numel() != channels || (src.dims.size() != 1)) return false;
-    bool exact = !b && src.dtype == DType::kInt32;
-    std::vector<double> real(static_cast<size_t>(channels));
-    for (int64_t c = 0; c < channels; ++c) {
-      const double bs = b ? 1.0 : bd->scale->f(bd->scale->numel() == 1 ? 0 : c);
-      const double acc_scale = static_cast<double>(q.x_scale) * q.w_scale[ns == 1 ? 0 : c];
-      real[static_cast<size_t>(c)] = src.f(c) * bs / acc_scale;
-      if (exact && std::fabs(bs / acc_scale - 1.0) > 1e-6) exact = false;
-    }
-    HTensor acc = HTensor::zeros(exact ? DType::kInt32 : DType::kFloat32, {channels});
-    for (int64_t c = 0; c < channels; ++c) {
-      if (exact) acc.ptr<int32_t>()[c] = static_cast<int32_t>(src.i(c));
-      else acc.ptr<float>()[c] = static_cast<float>(real[static_cast<size_t>(c)]);
-    }
-    q.bias = acc;
-  }
+    if (!(s > 0) || !std::isfinite(s)) return decline(why, "a weight scale is ", s, "; int8 kernels take positive finite scales");
+  if (!accumulator_bias(g, n, channels, q, why)) return false;
 
   std::vector<PostOp> post;
   std::vector<Node*> eaten;
@@ -423,12 +262,15 @@ bool fuse_compute(Graph& g, Node& n, LoweringReport& rep) {
   return true;
 }
 
-// Add(DQ(a), DQ(b)) [-> Relu/Clip] [-> QuantizeLinear] into QAdd.
-bool fuse_add(Graph& g, Node& n, LoweringReport& rep) {
+// Add(DQ(a), DQ(b)) [-> Relu/Clip] [-> QuantizeLinear] into QAdd. A QDQ pattern it cannot lower
+// sets `why`.
+bool fuse_add(Graph& g, Node& n, LoweringReport& rep, std::string& why) {
   if (n.op != "Add" || !n.domain.empty() || n.in.size() != 2) return false;
   auto a = dq_feeding(g, n.in[0]);
   auto b = dq_feeding(g, n.in[1]);
-  if (!a || !b || !activation_dq(g, *a) || !activation_dq(g, *b)) return false;
+  if (!a || !b) return false;  // not a QDQ pattern
+  for (const Dq* d : {&*a, &*b})
+    if (std::string r = activation_dq_refusal(g, *d); !r.empty()) return decline(why, r);
   QuantInfo q;
   q.x_scale = a->scale->ptr<float>()[0];
   q.x_zero = zero_of(*a);
@@ -457,18 +299,24 @@ bool fuse_add(Graph& g, Node& n, LoweringReport& rep) {
   return true;
 }
 
-// DQ(q) -> MaxPool/Flatten/Reshape/... -> Q with the same parameters: the op runs on q itself.
-bool fuse_passthrough(Graph& g, Node& n, LoweringReport& rep) {
+// DQ(q) -> MaxPool/Flatten/Reshape/... -> Q with the same parameters: the op runs on q itself. A
+// QDQ pattern it cannot lower sets `why`.
+bool fuse_passthrough(Graph& g, Node& n, LoweringReport& rep, std::string& why) {
   static const std::set<std::string> ops = {"MaxPool", "Flatten", "Reshape", "Transpose", "Squeeze",
                                             "Unsqueeze", "Identity", "Dropout"};
   if (!ops.count(n.op) || !n.domain.empty() || !n.has_in(0)) return false;
-  if (n.op == "MaxPool" && n.out.size() > 1 && n.out[1] >= 0) return false;  // indices wanted
   auto a = dq_feeding(g, n.in[0]);
-  if (!a || !activation_dq(g, *a)) return false;
+  if (!a || g.constant(a->q)) return false;  // not a QDQ pattern over an activation
+  if (n.op == "MaxPool" && n.out.size() > 1 && n.out[1] >= 0)
+    return decline(why, "its indices output is read; the int8 MaxPool has none");
+  if (std::string r = activation_dq_refusal(g, *a); !r.empty()) return decline(why, r);
   auto qo = q_reading(g, n.out[0]);
-  if (!qo || qo->scale != a->scale->ptr<float>()[0] || qo->zero != zero_of(*a) ||
-      qo->type != (a->zero ? a->zero->dtype : DType::kUInt8))
-    return false;
+  if (!qo) return decline(why, "no per-tensor QuantizeLinear alone reads its output");
+  const DType in_type = a->zero ? a->zero->dtype : DType::kUInt8;
+  if (qo->scale != a->scale->ptr<float>()[0] || qo->zero != zero_of(*a) || qo->type != in_type)
+    return decline(why, "the QuantizeLinear after it (scale ", qo->scale, ", zero point ", qo->zero, ", ",
+                   dtype_name(qo->type), ") differs from its input's (scale ", a->scale->ptr<float>()[0], ", zero point ",
+                   zero_of(*a), ", ", dtype_name(in_type), ")");
   n.in[0] = a->q;
   qo->node->dead = true;
   retarget_output(g, n, 0, qo->node->out[0]);
@@ -481,7 +329,8 @@ bool fuse_passthrough(Graph& g, Node& n, LoweringReport& rep) {
 // round its real result to its grid and back, so the numbers are the QDQ graph's; the residual
 // block's second conv then writes its block's output directly, in place of the residual when
 // nothing reads that later, without the intermediate tensor and the QAdd pass.
-void fuse_residuals(Graph& g, LoweringReport& rep) {
+bool fuse_residuals(Graph& g, LoweringReport& rep) {
+  bool changed = false;
   for (auto& a : g.nodes) {
     // The add's activation may not be a Clip: the fused conv uses clip for its own rounding (see
     // compat::set_int8_attr on oneDNN 2.6's repeated post-ops).
@@ -508,14 +357,17 @@ void fuse_residuals(Graph& g, LoweringReport& rep) {
       a.dead = true;
       retarget_output(g, *c, 0, a.out[0]);
       rep.notes.push_back(a.label() + ": fused into " + c->label() + " (residual sum)");
+      changed = true;
       break;
     }
   }
+  return changed;
 }
 
 // A QConv with a residual may overwrite it when every other reader of the residual runs before it
 // (nodes sorted) and it is an ordinary value of the graph.
-void mark_inplace(Graph& g) {
+bool mark_inplace(Graph& g, LoweringReport&) {
+  bool changed = false;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     Node& c = g.nodes[i];
     if (c.op != "QConv" || !c.q.sum) continue;
@@ -524,18 +376,20 @@ void mark_inplace(Graph& g) {
     if (v.exposed || v.constant || std::find(g.inputs.begin(), g.inputs.end(), r) != g.inputs.end()) continue;
     bool later = false;
     for (int k : g.consumers(r)) later = later || static_cast<size_t>(k) > i;
+    changed = changed || (!later && !c.q.inplace);
     c.q.inplace = !later;
   }
+  return changed;
 }
 
 // Without VNNI, x86 int8 kernels multiply u8 x s8 pairs into int16 (vpmaddubsw), which saturates
 // when both weights of a pair are large: weights within 7 bits never saturate.
-void note_saturation(const Graph& g, LoweringReport& rep) {
+bool note_saturation(Graph& g, LoweringReport& rep) {
   using isa = dnnl::cpu_isa;
   load_dnnl();
   const isa cpu = dnnl::get_effective_cpu_isa();
   if (cpu == isa::avx2_vnni || cpu == isa::avx512_core_vnni || cpu == isa::avx512_core_bf16 || cpu == isa::avx512_core_amx)
-    return;
+    return false;
   int wide = 0;
   for (auto& n : g.nodes) {
     if (n.dead || (n.op != "QConv" && n.op != "QMatMul")) continue;
@@ -548,22 +402,32 @@ void note_saturation(const Graph& g, LoweringReport& rep) {
     rep.notes.push_back(std::to_string(wide) + " int8 layer(s) use 8-bit weights and this CPU has no VNNI: its int8 "
                         "dot products (vpmaddubsw) can saturate, as ONNX Runtime's do; `pare quantize --weight-bits 7` "
                         "gives weights that never do");
+  return false;  // a note only
 }
 
-void fuse_qdq(Graph& g, LoweringReport& rep) {
+// One walk in file order, each node tried by the rewrite for its op: a node's rewrite sees the
+// rewrites of the nodes before it. Nodes matching a QDQ pattern that stay float say why.
+bool fuse_qdq(Graph& g, LoweringReport& rep) {
   const size_t count = g.nodes.size();
+  bool changed = false;
   for (size_t i = 0; i < count; ++i) {
     if (g.nodes[i].dead || !g.nodes[i].domain.empty()) continue;
-    const std::string op = g.nodes[i].op;
-    if (op == "Conv" || op == "Gemm" || op == "MatMul") fuse_compute(g, g.nodes[i], rep);
-    else if (op == "Add") fuse_add(g, g.nodes[i], rep);
-    else fuse_passthrough(g, g.nodes[i], rep);
+    const std::string op = g.nodes[i].op, label = g.nodes[i].label();
+    std::string why;
+    bool done = false;
+    if (op == "Conv" || op == "Gemm" || op == "MatMul") done = fuse_compute(g, g.nodes[i], rep, why);
+    else if (op == "Add") done = fuse_add(g, g.nodes[i], rep, why);
+    else done = fuse_passthrough(g, g.nodes[i], rep, why);
+    changed = changed || done;
+    if (!why.empty()) rep.fallbacks.push_back(label + ": stays float, QDQ simulated: " + why);
   }
+  return changed;
 }
 
 // Conv (constant weight) -> BatchNormalization (constant parameters): the BN's scale and shift go
 // into the Conv's weight and bias.
-void fold_batch_norms(Graph& g, LoweringReport& rep) {
+bool fold_batch_norms(Graph& g, LoweringReport& rep) {
+  bool changed = false;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     Node& c = g.nodes[i];
     if (c.dead || c.op != "Conv" || !c.domain.empty() || !c.post.empty()) continue;
@@ -599,12 +463,15 @@ void fold_batch_norms(Graph& g, LoweringReport& rep) {
     bn->dead = true;
     retarget_output(g, c, 0, bn->out[0]);
     rep.folded_batch_norms++;
+    changed = true;
   }
+  return changed;
 }
 
 // Activations right after Conv, Gemm, MatMul (and their int8 forms with a float output) become
 // their post-ops.
-void fuse_activations(Graph& g, LoweringReport& rep) {
+bool fuse_activations(Graph& g, LoweringReport& rep) {
+  bool changed = false;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     Node& c = g.nodes[i];
     if (c.dead) continue;
@@ -624,12 +491,15 @@ void fuse_activations(Graph& g, LoweringReport& rep) {
       a->dead = true;
       retarget_output(g, c, 0, a->out[0]);
       rep.fused_activations++;
+      changed = true;
     }
   }
+  return changed;
 }
 
 // Identity and Dropout (inference) of anything: readers read the source.
-void bypass_identities(Graph& g) {
+bool bypass_identities(Graph& g, LoweringReport&) {
+  bool changed = false;
   for (auto& n : g.nodes) {
     if (n.dead || !n.domain.empty() || (n.op != "Identity" && n.op != "Dropout")) continue;
     if (n.op == "Dropout" && n.out.size() > 1 && n.out[1] >= 0) continue;  // the mask is wanted
@@ -641,16 +511,16 @@ void bypass_identities(Graph& g) {
         for (auto& v : m.in)
           if (v == dst) v = src;
     n.dead = true;
+    changed = true;
   }
+  return changed;
 }
 
-}  // namespace
-
-namespace {
 
 // Nodes whose inputs are all constant are computed now (shape subgraphs of a fixed-shape model,
 // weights dequantized for a float op, ...).
-void fold_constants(Graph& g, LoweringReport& rep) {
+bool fold_constants(Graph& g, LoweringReport& rep) {
+  bool changed = false;
   const OpTable& table = OpTable::get();
   for (auto& n : g.nodes) {
     if (n.dead) continue;
@@ -673,11 +543,13 @@ void fold_constants(Graph& g, LoweringReport& rep) {
       if (n.out[k] >= 0 && k < out.size()) g.values[static_cast<size_t>(n.out[k])].constant = out[k];
     n.dead = true;
     rep.constant_nodes++;
+    changed = true;
   }
+  return changed;
 }
 
 // Drops nodes whose outputs nobody reads (in any order: int8 nodes were appended at the end).
-void drop_dead(Graph& g) {
+bool drop_dead(Graph& g, LoweringReport&) {
   std::vector<char> live(g.values.size(), 0), needed(g.nodes.size(), 0);
   for (int v : g.outputs) live[static_cast<size_t>(v)] = 1;
   for (bool changed = true; changed;) {
@@ -694,15 +566,21 @@ void drop_dead(Graph& g) {
         if (v >= 0) live[static_cast<size_t>(v)] = 1;
     }
   }
+  bool changed = false;
   for (size_t i = 0; i < g.nodes.size(); ++i)
-    if (!needed[i]) g.nodes[i].dead = true;
+    if (!needed[i] && !g.nodes[i].dead) {
+      g.nodes[i].dead = true;
+      changed = true;
+    }
+  return changed;
 }
 
 // Orders the live nodes so each comes after its producers (int8 nodes were appended at the end).
-void sort_nodes(Graph& g) {
+bool sort_nodes(Graph& g, LoweringReport&) {
   std::vector<Node> live;
   for (auto& n : g.nodes)
     if (!n.dead) live.push_back(std::move(n));
+  bool changed = live.size() != g.nodes.size();
   std::vector<char> ready(g.values.size(), 0);
   for (size_t v = 0; v < g.values.size(); ++v)
     if (g.values[v].constant) ready[v] = 1;
@@ -719,6 +597,7 @@ void sort_nodes(Graph& g) {
       for (int v : live[i].out)
         if (v >= 0) ready[static_cast<size_t>(v)] = 1;
       done[i] = 1;
+      changed = changed || i != sorted.size();
       sorted.push_back(std::move(live[i]));
       progress = true;
     }
@@ -736,133 +615,51 @@ void sort_nodes(Graph& g) {
   for (size_t i = 0; i < g.nodes.size(); ++i)
     for (int v : g.nodes[i].out)
       if (v >= 0) g.values[static_cast<size_t>(v)].producer = static_cast<int>(i);
+  return changed;
 }
+
+
+bool decode_matmul_nbits_pass(Graph& g, LoweringReport&) { return decode_matmul_nbits(g); }
 
 }  // namespace
 
-Graph build_graph(const reader::Model& m, const Options& opts, LoweringReport& rep) {
-  Graph g;
-  g.origin = m.origin;
-  g.opset = m.opset;
-  for (auto& [name, t] : m.initializers) {
-    const int v = g.value(name);
-    g.values[static_cast<size_t>(v)].constant = from_reader(t, "initializer '" + name + "'", &rep.notes);
-  }
-  for (auto& vi : m.inputs) {
-    g.input_specs.push_back(spec_of(vi, "graph input"));
-    const int v = g.value(vi.name);
-    PARE_CHECK(!g.values[static_cast<size_t>(v)].constant, "graph input '", vi.name, "' is also an initializer");
-    g.inputs.push_back(v);
-  }
-  const OpTable& table = OpTable::get();
-  std::set<int> defined(g.inputs.begin(), g.inputs.end());
-  for (auto& rn : m.nodes) {
-    Node n;
-    n.op = rn.op_type;
-    n.domain = rn.domain;
-    n.name = rn.name;
-    n.index = rn.index;
-    n.attrs = Attrs(rn.attrs, rn.label());
-    const std::string label = n.label();
-    const OpImpl* impl = n.domain == "pare_rt" ? nullptr : table.find(n.op, n.domain);
-    if (!impl) throw InputError(label + ": pare_rt cannot run it: " + why_unsupported(n.op, n.domain));
-    const int nin = static_cast<int>(rn.inputs.size()), nout = static_cast<int>(rn.outputs.size());
-    PARE_CHECK(nin >= impl->in_min && (impl->in_max < 0 || nin <= impl->in_max), label, ": ", n.op, " takes ",
-               impl->in_min, (impl->in_max == impl->in_min ? "" : impl->in_max < 0 ? " or more" : " to " + std::to_string(impl->in_max)),
-               " inputs, got ", nin);
-    PARE_CHECK(nout >= impl->out_min && nout <= impl->out_max, label, ": ", n.op, " has ", impl->out_min,
-               impl->out_max == impl->out_min ? "" : " to " + std::to_string(impl->out_max), " outputs, got ", nout);
-    for (auto& name : rn.inputs) {
-      if (name.empty()) {
-        n.in.push_back(-1);
-        continue;
-      }
-      auto it = g.by_name.find(name);
-      PARE_CHECK(it != g.by_name.end(), label, ": input '", name, "' is not a graph input, an initializer or the "
-                 "output of an earlier node");
-      n.in.push_back(it->second);
-    }
-    for (auto& name : rn.outputs) {
-      if (name.empty()) {
-        n.out.push_back(-1);
-        continue;
-      }
-      PARE_CHECK(!g.by_name.count(name) || !defined.count(g.by_name.at(name)) , label, ": output '", name,
-                 "' is already defined");
-      PARE_CHECK(!g.by_name.count(name) || !g.values[static_cast<size_t>(g.by_name.at(name))].constant, label,
-                 ": output '", name, "' is already an initializer");
-      const int v = g.value(name);
-      defined.insert(v);
-      n.out.push_back(v);
-    }
-    if (impl->check) {
-      const std::string why = impl->check(n, g);
-      PARE_CHECK(why.empty(), label, ": ", why);
-    }
-    if (n.op == "Constant" && n.domain.empty()) {
-      g.values[static_cast<size_t>(n.out[0])].constant = constant_value(n);
-      continue;
-    }
-    for (int v : n.out)
-      if (v >= 0) g.values[static_cast<size_t>(v)].producer = static_cast<int>(g.nodes.size());
-    g.nodes.push_back(std::move(n));
-  }
-  rep.nodes = static_cast<int>(m.nodes.size());
-  for (auto& vi : m.outputs) {
-    g.output_specs.push_back(spec_of(vi, "graph output"));
-    auto it = g.by_name.find(vi.name);
-    PARE_CHECK(it != g.by_name.end() && (defined.count(it->second) || g.values[static_cast<size_t>(it->second)].constant),
-               "graph output '", vi.name, "' is never computed");
-    g.outputs.push_back(it->second);
-  }
-  for (auto& name : opts.extra_outputs_) {
-    auto it = g.by_name.find(name);
-    PARE_CHECK(it != g.by_name.end() && !name.empty(), "'", m.origin, "' has no value named '", name, "'");
-    ValueSpec s;
-    s.name = name;
-    g.output_specs.push_back(s);  // dtype and dims are known once planned
-    g.outputs.push_back(it->second);
-  }
-  for (int v : g.outputs) g.values[static_cast<size_t>(v)].exposed = true;
-
-  decode_matmul_nbits(g);
-  bypass_identities(g);
-  if (opts.int8_) {
-    fuse_qdq(g, rep);
-    drop_dead(g);  // the DequantizeLinear nodes the int8 nodes replaced no longer count as readers
-    fuse_residuals(g, rep);
-    note_saturation(g, rep);
-  }
-  fold_constants(g, rep);
-  fold_batch_norms(g, rep);
-  fuse_activations(g, rep);
-  drop_dead(g);
-  if (const char* e = std::getenv("PARE_RT_DUMP"); e && *e == '1') {  // the lowered graph, for debugging
-    for (auto& n : g.nodes) {
-      if (n.dead) continue;
-      std::fprintf(stderr, "pare_rt: %s%s%s", n.domain.empty() ? "" : (n.domain + ":").c_str(), n.label().c_str(), " (");
-      for (int v : n.in) std::fprintf(stderr, " %s", v < 0 ? "-" : g.values[static_cast<size_t>(v)].name.c_str());
-      std::fprintf(stderr, " ) ->");
-      for (int v : n.out) std::fprintf(stderr, " %s", v < 0 ? "-" : g.values[static_cast<size_t>(v)].name.c_str());
-      for (auto& p : n.post) std::fprintf(stderr, " +%s", p.from.c_str());
-      std::fprintf(stderr, "\n");
-    }
-  }
-  sort_nodes(g);
-  mark_inplace(g);
-  for (auto& n : g.nodes)
-    if (n.domain.empty() && (n.op == "Conv" || n.op == "Gemm" || n.op == "MatMul" || n.op == "MatMulInteger"))
-      rep.fp32_ops += n.op == "MatMulInteger" ? 0 : 1;
-  return g;
+const std::vector<Pass>& graph_passes() {
+  static const std::vector<Pass> passes = {
+      {"decode_matmul_nbits", "com.microsoft MatMulNBits into a float MatMul (+ Add) with its 4-bit weights decoded once",
+       false, decode_matmul_nbits_pass},
+      {"bypass_identities", "readers of Identity and inference Dropout read their input instead", false,
+       bypass_identities},
+      {"fuse_qdq", "DequantizeLinear -> Conv/Gemm/MatMul/Add/MaxPool/Reshape/... -> QuantizeLinear into int8 nodes",
+       true, fuse_qdq},
+      {"drop_dead", "nodes whose outputs nobody reads are dropped (here: the DequantizeLinear nodes fuse_qdq replaced)",
+       true, drop_dead},
+      {"fuse_residuals", "QConv -> QAdd into the QConv with a residual sum post-op", true, fuse_residuals},
+      {"note_saturation", "notes int8 layers whose 8-bit weights can saturate on a CPU without VNNI (a note only)", true,
+       note_saturation},
+      {"fold_constants", "nodes whose inputs are all constant are computed once at load", false, fold_constants},
+      {"fold_batch_norms", "Conv -> BatchNormalization into the Conv's weight and bias", false, fold_batch_norms},
+      {"fuse_activations", "Relu/Clip/... after Conv, Gemm, MatMul (and float-output int8 nodes) into their post-ops",
+       false, fuse_activations},
+      {"drop_dead", "nodes whose outputs nobody reads are dropped", false, drop_dead},
+      {"sort_nodes", "live nodes in an order where each comes after its producers; dead nodes removed", false,
+       sort_nodes},
+      {"mark_inplace", "a QConv with a residual sum writes over the residual when nothing reads it later", false,
+       mark_inplace},
+  };
+  return passes;
 }
 
-std::string LoweringReport::to_text() const {
-  std::ostringstream os;
-  os << nodes << " nodes: " << int8_ops << " int8, " << fp32_ops << " fp32 compute, " << folded_batch_norms
-     << " BatchNorm folded, " << fused_activations << " activations fused, " << constant_nodes
-     << " computed at load\n";
-  for (auto& n : notes) os << "  " << n << "\n";
-  return os.str();
+const Pass& find_pass(const std::string& name) {
+  for (const Pass& p : graph_passes())
+    if (name == p.name) return p;
+  throw InternalError("pare_rt has no graph pass named '" + name + "'");
+}
+
+void run_passes(Graph& g, const Options& opts, LoweringReport& rep) {
+  for (const Pass& p : graph_passes()) {
+    if (p.int8_only && !opts.int8_) continue;
+    if (p.run(g, rep)) rep.passes.push_back(p.name);
+  }
 }
 
 }  // namespace pare::rt

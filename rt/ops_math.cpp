@@ -6,9 +6,9 @@
 #include <cstring>
 #include <limits>
 
-#include "export/runtime/dnnl_compat.h"
-#include "export/runtime/internal.h"
-#include "export/runtime/ops_util.h"
+#include "rt/dnnl_compat.h"
+#include "rt/internal.h"
+#include "rt/ops_util.h"
 
 namespace pare::rt {
 namespace {
@@ -101,7 +101,9 @@ void ref_unary(RefCtx& c) {
 bool build_unary(BuildCtx& b) {
   const Unary& u = *unary_of(b.node.op);
   const PValue& x = b.v(b.in[0]);
-  if (!u.dnnl_alg || x.dtype != DType::kFloat32 || x.dims.empty()) return false;
+  if (!u.dnnl_alg) return b.refuse(b.node.op, " has no oneDNN eltwise algorithm");
+  if (x.dtype != DType::kFloat32) return b.refuse("the input is ", dtype_name(x.dtype), "; oneDNN eltwise runs float32");
+  if (x.dims.empty()) return b.refuse("the input is a scalar; oneDNN eltwise takes rank 1 or more");
   auto [a, be] = unary_params(u, b.node.attrs);
   if (b.node.op == "Relu") a = 0;
   auto pd = compat::eltwise_pd(b.eng, *u.dnnl_alg, x.md, x.md, a, be);
@@ -144,13 +146,14 @@ void ref_clip(RefCtx& c) {
 
 bool build_clip(BuildCtx& b) {
   const PValue& x = b.v(b.in[0]);
-  if (x.dtype != DType::kFloat32 || x.dims.empty()) return false;
+  if (x.dtype != DType::kFloat32) return b.refuse("the input is ", dtype_name(x.dtype), "; oneDNN clip runs float32");
+  if (x.dims.empty()) return b.refuse("the input is a scalar; oneDNN clip takes rank 1 or more");
   auto bounds = clip_bounds(b.node, [&](int v) {
     for (size_t k = 0; k < b.node.in.size(); ++k)
       if (b.node.in[k] == v) return b.v(b.in[k]).known;
     return static_cast<const HTensor*>(nullptr);
   });
-  if (!bounds) return false;
+  if (!bounds) return b.refuse("min or max is not a known scalar; oneDNN clip takes constant bounds");
   auto pd = compat::eltwise_pd(b.eng, alg::eltwise_clip, x.md, x.md, bounds->first, bounds->second);
   b.v(b.out[0]).md = pd.dst_desc();
   b.prim(dnnl::eltwise_forward(pd), {{DNNL_ARG_SRC, b.in[0]}, {DNNL_ARG_DST, b.out[0]}}, b.node.label());
@@ -312,15 +315,20 @@ void ref_binary(RefCtx& c) {
 // broadcast to it (oneDNN broadcasts src1 only); src0 in any layout, src1 plain or in src0's.
 bool build_binary(BuildCtx& b) {
   const Binary& bi = *binary_of(b.node.op);
-  if (!bi.dnnl_alg || b.in.size() != 2) return false;
+  if (!bi.dnnl_alg) return b.refuse(b.node.op, " has no oneDNN binary algorithm");
+  if (b.in.size() != 2) return b.refuse(b.in.size(), " inputs; oneDNN binary takes 2");
   const PValue &x = b.v(b.in[0]), &y = b.v(b.in[1]);
   const PValue& o = b.v(b.out[0]);
-  if (x.dtype != DType::kFloat32 || y.dtype != DType::kFloat32 || o.dims.empty()) return false;
+  if (x.dtype != DType::kFloat32 || y.dtype != DType::kFloat32)
+    return b.refuse("the inputs are ", dtype_name(x.dtype), " and ", dtype_name(y.dtype), "; oneDNN binary runs float32");
+  if (o.dims.empty()) return b.refuse("the output is a scalar; oneDNN binary takes rank 1 or more");
   int a = b.in[0], c = b.in[1];
   bool swap = false;
   if (x.dims != o.dims) {
     const bool commutes = b.node.op == "Add" || b.node.op == "Mul" || b.node.op == "Max" || b.node.op == "Min";
-    if (!commutes || y.dims != o.dims) return false;
+    if (!commutes || y.dims != o.dims)
+      return b.refuse("input 0 has dims ", dims_str(x.dims), " and is broadcast to ", dims_str(o.dims),
+                      "; oneDNN binary broadcasts input 1 only");
     std::swap(a, c);
     swap = true;
   }
@@ -421,7 +429,9 @@ void softmax_ref(RefCtx& c, bool log) {
 
 bool build_softmax(BuildCtx& b) {
   const PValue& x = b.v(b.in[0]);
-  if (b.node.attrs.has("pare_rt.legacy") || x.dims.empty()) return false;
+  if (b.node.attrs.has("pare_rt.legacy"))
+    return b.refuse("opset ", b.graph.opset, " softmax flattens from its axis into 2-d; oneDNN softmax takes one axis");
+  if (x.dims.empty()) return b.refuse("the input is a scalar; oneDNN softmax takes rank 1 or more");
   int64_t a = b.node.attrs.i("axis", -1);
   if (a < 0) a += static_cast<int64_t>(x.dims.size());
   const int src = b.plain(b.in[0]);
