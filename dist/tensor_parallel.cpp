@@ -166,7 +166,7 @@ class TensorParallelPass {
     std::vector<std::string> ins;
     for (auto& i : n.inputs) ins.push_back(i.empty() ? i : whole(i));
     bool weighted = false;
-    for (int w : core::OpRegistry::global().get(n.op_type).weight_inputs)
+    for (int w : core::OpRegistry::global().get(n.op_type).weight_inputs())
       weighted |= is_init(n, static_cast<size_t>(w)) && init(n, static_cast<size_t>(w)).dim() >= 2;
     if (weighted) replicated_.push_back(n.describe() + ": " + why);
     emit_as(n, ins, Layout{});
