@@ -41,9 +41,9 @@ void Module::compile() {
   std::set<std::string> weights, state;
   for (auto& n : graph_.nodes) {
     const OpDef& op = reg.get(n.op_type);
-    for (int i : op.weight_inputs)
+    for (int i : op.weight_inputs())
       if (n.has_input(i)) weights.insert(n.inputs[i]);
-    for (int i : op.state_inputs)
+    for (int i : op.state_inputs())
       if (n.has_input(i)) state.insert(n.inputs[i]);
   }
   consts_.assign(slot_.size(), at::Tensor());

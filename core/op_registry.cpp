@@ -1,6 +1,7 @@
 #include "core/op_registry.h"
 #include "core/ops_util.h"
 
+#include <algorithm>
 #include <mutex>
 
 namespace pare::core {
@@ -9,6 +10,40 @@ const AttrSpec* OpDef::find_attr(const std::string& key) const {
   for (auto& a : attrs)
     if (a.name == key) return &a;
   return nullptr;
+}
+
+const WeightInput* OpDef::weight(int input) const {
+  for (const auto& w : weights)
+    if (w.input == input) return &w;
+  return nullptr;
+}
+
+std::vector<int> OpDef::weight_inputs() const {
+  std::vector<int> r;
+  for (const auto& w : weights)
+    if (!w.is_state()) r.push_back(w.input);
+  std::sort(r.begin(), r.end());
+  return r;
+}
+
+std::vector<int> OpDef::state_inputs() const {
+  std::vector<int> r;
+  for (const auto& w : weights)
+    if (w.is_state()) r.push_back(w.input);
+  std::sort(r.begin(), r.end());
+  return r;
+}
+
+WeightInput WeightInput::fixed(int input, WeightRole role, int64_t out, int64_t in) {
+  WeightInput w{input, role, {}};
+  if (out >= 0 || in >= 0) w.axes = [out, in](const Node&, int64_t) { return WeightAxes{out, in}; };
+  return w;
+}
+
+WeightAxes weight_axes(const Node& n, int input, int64_t rank) {
+  const OpDef* op = OpRegistry::global().find(n.op_type);
+  const WeightInput* w = op ? op->weight(input) : nullptr;
+  return w ? w->axes_on(n, rank) : WeightAxes{};
 }
 
 OpRegistry& OpRegistry::global() {

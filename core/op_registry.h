@@ -69,6 +69,47 @@ struct OpTraits {
   Elementwise elementwise = Elementwise::kNo;
   Reduction reduction = Reduction::kNo;
   bool spatial_pool = false;  ///< [N, C, spatial...] -> [N, C, spatial'...]: channels untouched
+  /// Channels cannot be followed through it (it picks, places or generates by index, mixes
+  /// channels in blocks, or is itself a quantization op): channel pruning keeps every dimension
+  /// it touches and tensor parallelism runs it whole.
+  bool opaque_channels = false;
+};
+
+/// What a weight input is to its op (OpDef::weights). prune, quantize and dist read the roles
+/// and axes declared here instead of keeping their own lists of op names.
+enum class WeightRole {
+  kWeight,    ///< the kernel or matrix that mixes channels (Conv W, Gemm B, a constant MatMul operand)
+  kBias,      ///< added per output channel (Conv B, Gemm C, a recurrent cell's B)
+  kScale,     ///< multiplies per channel (a normalization's scale, FakeQuantize's scale)
+  kShift,     ///< added per channel after a normalization (BatchNorm and LayerNorm B)
+  kMean,      ///< running mean: state, not trained
+  kVariance,  ///< running variance: state, not trained
+  kTable,     ///< rows looked up by index (Gather's data: embeddings)
+  kOperand,   ///< a learned constant operand of an elementwise op (Add, Mul, PRelu's slope)
+};
+
+/// The channel axes of one weight tensor on one node: `out` runs along the op's output channels,
+/// `in` along its input (reduction) channels; -1 where the tensor has no such axis or pare does
+/// not follow it (a MatMul weight that is not 2-D).
+struct WeightAxes {
+  int64_t out = -1;
+  int64_t in = -1;
+};
+
+/// One weight input of an op.
+struct WeightInput {
+  int input = 0;
+  WeightRole role = WeightRole::kWeight;
+  /// The axes on node `n` of a weight tensor of rank `rank` (attributes such as Gemm's transB
+  /// decide them); empty: no channel axes.
+  std::function<WeightAxes(const Node& n, int64_t rank)> axes;
+
+  /// A weight whose axes do not depend on the node (-1: none).
+  static WeightInput fixed(int input, WeightRole role, int64_t out = -1, int64_t in = -1);
+  /// The axes on `n` ({-1, -1} without a rule).
+  WeightAxes axes_on(const Node& n, int64_t rank) const { return axes ? axes(n, rank) : WeightAxes{}; }
+  /// Running statistics (kMean, kVariance) are state, not trained.
+  bool is_state() const { return role == WeightRole::kMean || role == WeightRole::kVariance; }
 };
 
 /// One registered op.
@@ -79,10 +120,18 @@ struct OpDef {
   std::vector<AttrSpec> attrs;
   ForwardFn forward;
   FlopsFn flops;                          ///< may be empty: counted as 0
-  std::vector<int> weight_inputs;        ///< inputs that hold trainable weights when initializers
-  std::vector<int> state_inputs;         ///< inputs that hold running state (BatchNorm mean/var)
+  /// Inputs that hold weights or running state when they are initializers, with their roles and
+  /// channel axes: the one place that says so (prune, quantize and dist read it).
+  std::vector<WeightInput> weights;
   std::string doc;                        ///< one line for `pare ops` and errors
-  OpTraits traits;                        ///< elementwise, reduction, pooling
+  OpTraits traits;                        ///< elementwise, reduction, pooling, opaque channels
+
+  /// The declaration of input `input`, or nullptr when it is no weight.
+  const WeightInput* weight(int input) const;
+  /// Inputs that hold trainable weights (every declared one but the running statistics), ascending.
+  std::vector<int> weight_inputs() const;
+  /// Inputs that hold running state (BatchNorm mean and variance), ascending.
+  std::vector<int> state_inputs() const;
 
   /// Attaches a facet under `key` ("quantize.policy", "prune.channels", ...), replacing any earlier one.
   template <class T>
@@ -145,6 +194,10 @@ void register_nn_ops(OpRegistry& reg);
 void register_tensor_ops(OpRegistry& reg);
 void register_quant_ops(OpRegistry& reg);
 void register_loss_ops(OpRegistry& reg);
+
+/// The channel axes of a weight of rank `rank` at input `input` of node `n`, as its op declares
+/// them in the global registry ({-1, -1} for an input that is no declared weight or has no axes).
+WeightAxes weight_axes(const Node& n, int input, int64_t rank);
 
 /// Reads a small integer tensor (shape, axes, indices) into a vector, wherever it lives.
 std::vector<int64_t> to_int_vector(const at::Tensor& t);

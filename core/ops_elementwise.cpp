@@ -38,7 +38,7 @@ void add_binary(OpRegistry& reg, const std::string& name, Binary fn, std::string
     return {fn(in.at(0), in.at(1))};
   };
   d.flops = flops_per_output(flops);
-  d.weight_inputs = std::move(weight_inputs);
+  for (int i : weight_inputs) d.weights.push_back(WeightInput::fixed(i, WeightRole::kOperand));
   reg.add(std::move(d));
 }
 
@@ -122,6 +122,7 @@ OpDef cast_like_op() {
     return {x.scalar_type() == type ? x : x.to(type)};
   };
   d.flops = flops_per_output(0);
+  d.traits.opaque_channels = true;
   return d;
 }
 
@@ -130,6 +131,7 @@ OpDef is_nan_op() {
   OpDef d = ops::op_def("IsNaN", 1, 1, "true where x is NaN");
   d.forward = [](const Node&, const Tensors& in, const RunContext&) -> Tensors { return {at::isnan(in.at(0))}; };
   d.flops = flops_per_output(1);
+  d.traits.opaque_channels = true;
   return d;
 }
 
@@ -146,6 +148,7 @@ OpDef is_inf_op() {
     return {at::zeros(x.sizes(), x.options().dtype(at::kBool))};
   };
   d.flops = flops_per_output(1);
+  d.traits.opaque_channels = true;
   return d;
 }
 
@@ -161,6 +164,7 @@ OpDef hardmax_op() {
     return {at::zeros_like(x).scatter(axis, arg, 1)};
   };
   d.flops = flops_per_output(1);
+  d.traits.opaque_channels = true;
   return d;
 }
 
@@ -180,6 +184,7 @@ OpDef bit_shift_op() {
     return {at::bitwise_and(y, 255).to(at::kByte)};
   };
   d.flops = flops_per_output(1);
+  d.traits.opaque_channels = true;
   return d;
 }
 

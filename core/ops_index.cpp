@@ -61,6 +61,7 @@ OpDef cumsum_op() {
     return {reverse ? y.flip({axis}) : y};
   };
   d.flops = flops_per_output(1);
+  d.traits.opaque_channels = true;
   return d;
 }
 
@@ -81,6 +82,7 @@ OpDef top_k_op() {
     return {values.narrow(axis, 0, k), indices.narrow(axis, 0, k)};
   };
   d.flops = ops::flops_per_input(1);
+  d.traits.opaque_channels = true;
   return d;
 }
 
@@ -121,6 +123,7 @@ OpDef scatter_elements_op(const std::string& name) {
     return {at::scatter_reduce(data, axis, idx, u, r, /*include_self=*/true)};  // prod, amax, amin
   };
   d.flops = flops_per_output(0);
+  d.traits.opaque_channels = true;
   return d;
 }
 
@@ -163,6 +166,7 @@ OpDef scatter_nd_op() {
     return {y.reshape(data.sizes())};
   };
   d.flops = flops_per_output(0);
+  d.traits.opaque_channels = true;
   return d;
 }
 
@@ -195,6 +199,7 @@ OpDef gather_nd_op() {
     at::Tensor batch_idx = at::arange(batch, lin.options()).unsqueeze(1).expand_as(lin);
     return {data.reshape(flat).index({batch_idx, lin}).reshape(out)};
   };
+  d.traits.opaque_channels = true;
   return d;
 }
 
@@ -218,6 +223,7 @@ OpDef one_hot_op() {
     at::Tensor v = values.reshape({2});
     return {at::where(hit, v[1], v[0])};
   };
+  d.traits.opaque_channels = true;
   return d;
 }
 
@@ -228,6 +234,7 @@ OpDef non_zero_op() {
     if (x.dim() == 0) return {at::zeros({0, x.item<bool>() ? 1 : 0}, x.options().dtype(at::kLong))};
     return {at::nonzero(x).t().contiguous()};
   };
+  d.traits.opaque_channels = true;
   return d;
 }
 
@@ -244,6 +251,7 @@ OpDef compress_op() {
                ": condition must be 1-D and no longer than the axis (", x.size(axis), "), got ", cond.sizes());
     return {x.index_select(axis, at::nonzero(cond.ne(0)).reshape({-1}))};
   };
+  d.traits.opaque_channels = true;
   return d;
 }
 
@@ -266,6 +274,7 @@ OpDef eye_like_op() {
     at::Tensor cols = at::arange(x.size(1), x.options().dtype(at::kLong)).unsqueeze(0);
     return {(cols - rows).eq(k).to(type)};
   };
+  d.traits.opaque_channels = true;
   return d;
 }
 
@@ -295,6 +304,7 @@ OpDef reverse_sequence_op() {
     src = (ta < ba ? src : src.t()).reshape(shape).expand(x.sizes());
     return {x.gather(ta, src)};
   };
+  d.traits.opaque_channels = true;
   return d;
 }
 
@@ -325,6 +335,7 @@ OpDef depth_space_op(bool to_space) {
     else PARE_CHECK(false, n.describe(), ": mode must be DCR or CRD, got '", mode, "'");
     return {y.reshape({N, c, H * b, W * b})};
   };
+  d.traits.opaque_channels = true;
   return d;
 }
 
@@ -368,6 +379,7 @@ OpDef max_unpool_op() {
     }
     return {at::constant_pad_nd(y, pad, 0)};
   };
+  d.traits.opaque_channels = true;
   return d;
 }
 
@@ -430,6 +442,7 @@ OpDef non_max_suppression_op() {
     }
     return {ops::int64_tensor(picked).reshape({-1, 3}).to(in[0].device())};
   };
+  d.traits.opaque_channels = true;
   return d;
 }
 
@@ -467,6 +480,7 @@ OpDef unique_op() {
     out.resize(std::max<size_t>(1, n.outputs.size()));
     return out;
   };
+  d.traits.opaque_channels = true;
   return d;
 }
 
@@ -489,6 +503,7 @@ OpDef window_op(const std::string& name, double a0, double a2) {
     at::Tensor w = a0 - (1 - a0 - a2) * at::cos(2 * pi * i / N) + a2 * at::cos(4 * pi * i / N);
     return {w.to(*type)};
   };
+  d.traits.opaque_channels = true;
   return d;
 }
 

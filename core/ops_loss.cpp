@@ -58,6 +58,7 @@ OpDef nll_op() {
     return {nll(n, in.at(0), in.at(1), has_input(in, 2) ? in[2] : at::Tensor())};
   };
   d.flops = flops_per_input(0);
+  d.traits.opaque_channels = true;
   return d;
 }
 
@@ -76,6 +77,7 @@ OpDef softmax_cross_entropy_op() {
     return out;
   };
   d.flops = flops_per_input(5);  // exp, sum, log, subtract, gather
+  d.traits.opaque_channels = true;
   return d;
 }
 

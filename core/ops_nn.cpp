@@ -80,7 +80,8 @@ OpDef conv_op() {
              spec_ints("kernel_shape"), spec_ints("pads"), spec_ints("strides")};
   d.forward = conv_forward;
   d.flops = conv_flops;
-  d.weight_inputs = {1, 2};
+  // W [M, C/group, k...], B [M].
+  d.weights = {WeightInput::fixed(1, WeightRole::kWeight, 0, 1), WeightInput::fixed(2, WeightRole::kBias, 0)};
   return d;
 }
 
@@ -157,7 +158,8 @@ OpDef conv_transpose_op() {
              spec_ints("pads"), spec_ints("strides")};
   d.forward = conv_transpose_forward;
   d.flops = conv_transpose_flops;
-  d.weight_inputs = {1, 2};
+  // W [C, M/group, k...], B [M].
+  d.weights = {WeightInput::fixed(1, WeightRole::kWeight, 1, 0), WeightInput::fixed(2, WeightRole::kBias, 0)};
   return d;
 }
 
@@ -196,7 +198,11 @@ OpDef gemm_op() {
   d.attrs = {spec_float("alpha"), spec_float("beta"), spec_int("transA"), spec_int("transB")};
   d.forward = gemm_forward;
   d.flops = gemm_flops;
-  d.weight_inputs = {1, 2};
+  // B [K, N], or [N, K] with transB; C broadcast to [M, N]: its last axis runs along N.
+  d.weights = {
+      {1, WeightRole::kWeight,
+       [](const Node& n, int64_t) { return n.attr_int("transB", 0) != 0 ? WeightAxes{0, 1} : WeightAxes{1, 0}; }},
+      {2, WeightRole::kBias, [](const Node&, int64_t rank) { return WeightAxes{rank >= 1 ? rank - 1 : -1, -1}; }}};
   return d;
 }
 
@@ -207,7 +213,11 @@ OpDef matmul_op() {
     return {at::matmul(in.at(0), in.at(1))};
   };
   d.flops = matmul_flops;
-  d.weight_inputs = {0, 1};
+  // Either operand may be the weight: x @ W with W [K, N], or W @ x with W [M, K]. pare follows
+  // the channels of 2-D weights only.
+  d.weights = {
+      {0, WeightRole::kWeight, [](const Node&, int64_t rank) { return rank == 2 ? WeightAxes{0, 1} : WeightAxes{}; }},
+      {1, WeightRole::kWeight, [](const Node&, int64_t rank) { return rank == 2 ? WeightAxes{1, 0} : WeightAxes{}; }}};
   return d;
 }
 
@@ -251,8 +261,8 @@ OpDef batch_normalization_op() {
   d.attrs = {spec_float("epsilon"), spec_float("momentum"), spec_int("training_mode")};
   d.forward = batch_norm_forward;
   d.flops = flops_per_output(2);  // scale and shift once folded
-  d.weight_inputs = {1, 2};
-  d.state_inputs = {3, 4};
+  d.weights = {WeightInput::fixed(1, WeightRole::kScale, 0), WeightInput::fixed(2, WeightRole::kShift, 0),
+               WeightInput::fixed(3, WeightRole::kMean, 0), WeightInput::fixed(4, WeightRole::kVariance, 0)};
   return d;
 }
 
@@ -338,6 +348,7 @@ OpDef einsum_op() {
   d.flops = [](const Node& n, const Sizes& in, const Sizes&) -> int64_t {
     return 2 * einsum_points(n.attr_string("equation", ""), in);  // a multiply-add per point
   };
+  d.traits.opaque_channels = true;
   return d;
 }
 
@@ -354,6 +365,7 @@ OpDef det_op() {
     const int64_t m = in[0].back();
     return numel(in[0]) / m * m * 2 / 3;  // LU: 2/3 m^3 per matrix
   };
+  d.traits.opaque_channels = true;
   return d;
 }
 
@@ -365,7 +377,8 @@ OpDef layer_normalization_op() {
   d.attrs = {spec_int("axis"), spec_float("epsilon"), spec_int("stash_type")};
   d.forward = layer_norm_forward;
   d.flops = flops_per_input(5);  // mean, centre, variance, normalise, affine
-  d.weight_inputs = {1, 2};
+  // Scale and B cover the normalized dims: no channel axis.
+  d.weights = {WeightInput::fixed(1, WeightRole::kScale), WeightInput::fixed(2, WeightRole::kShift)};
   return d;
 }
 
@@ -390,7 +403,8 @@ OpDef instance_normalization_op() {
     return {(x - mean) / at::sqrt(var + eps) * scale.reshape(shape) + bias.reshape(shape)};
   };
   d.flops = flops_per_input(5);
-  d.weight_inputs = {1, 2};
+  d.weights = {WeightInput::fixed(1, WeightRole::kScale, 0), WeightInput::fixed(2, WeightRole::kShift, 0)};
+  d.traits.opaque_channels = true;
   return d;
 }
 
@@ -409,6 +423,7 @@ OpDef mean_variance_normalization_op() {
     return {(x - mean) / (at::sqrt(var) + 1e-9)};
   };
   d.flops = flops_per_input(6);
+  d.traits.opaque_channels = true;
   return d;
 }
 
@@ -433,6 +448,7 @@ OpDef lrn_op() {
   d.flops = [](const Node& n, const Sizes& in, const Sizes&) -> int64_t {
     return in.empty() ? 0 : (n.attr_int("size", 1) + 4) * numel(in[0]);
   };
+  d.traits.opaque_channels = true;
   return d;
 }
 

@@ -245,6 +245,7 @@ void register_quant_ops(OpRegistry& reg) {
     };
     d.doc = "com.microsoft: A @ W^T with W [N, K] stored as 4-bit codes in blocks of block_size "
             "along K, one scale (and zero point, default 8) per block";
+    d.traits.opaque_channels = true;
     reg.add(std::move(d));
   }
   {
@@ -256,10 +257,11 @@ void register_quant_ops(OpRegistry& reg) {
     d.forward = fake_quantize_forward;
     d.flops = flops_per_output(0);  // quantization bookkeeping, not model arithmetic (see add_qdq)
     // A constant x (a weight) is trained through it; so is the scale when learnable = 1.
-    d.weight_inputs = {0, 1};
+    d.weights = {WeightInput::fixed(0, WeightRole::kOperand), WeightInput::fixed(1, WeightRole::kScale)};
     d.doc = "pare: QuantizeLinear -> DequantizeLinear in one node for quantization-aware training: "
             "(clamp(round(x / scale) + zero_point, qmin, qmax) - zero_point) * scale, per tensor or "
             "per `axis`; straight-through gradient for x, LSQ gradient for the scale when learnable=1";
+    d.traits.opaque_channels = true;
     reg.add(std::move(d));
   }
   {
@@ -270,6 +272,7 @@ void register_quant_ops(OpRegistry& reg) {
     d.flops = flops_per_output(0);  // quantization bookkeeping, not model arithmetic (see add_qdq)
     d.doc = "uint8 y, y_scale, y_zero_point with the scale and zero point computed from x's range "
             "(widened to contain 0) at run time";
+    d.traits.opaque_channels = true;
     reg.add(std::move(d));
   }
   {
@@ -284,6 +287,7 @@ void register_quant_ops(OpRegistry& reg) {
       return out.empty() || in.empty() || in[0].empty() ? 0 : 2 * ops::numel(out[0]) * in[0].back();
     };
     d.doc = "int32 (A - a_zero_point) @ (B - b_zero_point) for uint8/int8 A and B";
+    d.traits.opaque_channels = true;
     reg.add(std::move(d));
   }
   // QuantizeLinear and DequantizeLinear: (x, scale[, zero_point]). They count no FLOPs, like
@@ -299,6 +303,7 @@ void register_quant_ops(OpRegistry& reg) {
     d.forward = std::move(fwd);
     d.flops = flops_per_output(0);
     d.doc = doc;
+    d.traits.opaque_channels = true;
     reg.add(std::move(d));
   };
   add_qdq("QuantizeLinear",

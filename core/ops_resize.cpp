@@ -299,6 +299,7 @@ OpDef resize_op() {
     return {resize(n, in.at(0), optional_input(in, 1), optional_input(in, 2), optional_input(in, 3), r)};
   };
   d.flops = resize_flops();
+  d.traits.opaque_channels = true;
   return d;
 }
 
@@ -323,6 +324,7 @@ OpDef upsample_op() {
     return {resize(n, in.at(0), {}, scales, {}, r)};
   };
   d.flops = resize_flops();
+  d.traits.opaque_channels = true;
   return d;
 }
 
@@ -357,6 +359,7 @@ OpDef grid_sample_op() {
     const int64_t taps = m == "nearest" ? 0 : (m == "bicubic" || m == "cubic") ? 16 : 4;
     return out.empty() ? 0 : 2 * taps * ops::numel(out[0]);
   };
+  d.traits.opaque_channels = true;
   return d;
 }
 

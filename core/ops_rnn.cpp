@@ -263,7 +263,12 @@ OpDef rnn_op(Cell cell) {
     const int64_t rows = in[0][0] * in[0][1], dirs = in[1][0], gh = in[1][1];
     return rows * dirs * (2 * gh * (in[1][2] + in[2][2]) + 3 * gh);
   };
-  d.weight_inputs = cell == Cell::kLstm ? std::vector<int>{1, 2, 3, 7} : std::vector<int>{1, 2, 3};
+  // W, R and B hold gate blocks, not one channel axis (the op is opaque to channel pruning);
+  // LSTM's P holds the peepholes.
+  d.weights = {WeightInput::fixed(1, WeightRole::kWeight), WeightInput::fixed(2, WeightRole::kWeight),
+               WeightInput::fixed(3, WeightRole::kBias)};
+  if (cell == Cell::kLstm) d.weights.push_back(WeightInput::fixed(7, WeightRole::kWeight));
+  d.traits.opaque_channels = true;
   return d;
 }
 

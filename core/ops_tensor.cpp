@@ -93,7 +93,7 @@ OpDef gather_op() {
                  "takes slices of data along `axis` at `indices` (negative indices count from "
                  "the end); out = data[:axis] + indices.shape + data[axis+1:]");
   d.attrs = {spec_int("axis")};
-  d.weight_inputs = {0};
+  d.weights = {WeightInput::fixed(0, WeightRole::kTable)};
   d.forward = [](const Node& n, const Tensors& in, const RunContext&) -> Tensors {
     const at::Tensor& data = in.at(0);
     const int64_t axis = ops::normalize_axis(n.attr_int("axis", 0), data.dim(), n);
@@ -104,6 +104,7 @@ OpDef gather_op() {
     out_shape.insert(out_shape.end(), data.sizes().begin() + axis + 1, data.sizes().end());
     return {data.index_select(axis, idx.reshape({-1})).reshape(out_shape)};
   };
+  d.traits.opaque_channels = true;
   return d;
 }
 
@@ -118,6 +119,7 @@ OpDef gather_elements_op() {
     idx = at::where(idx < 0, idx + data.size(axis), idx);
     return {at::gather(data, axis, idx)};
   };
+  d.traits.opaque_channels = true;
   return d;
 }
 
@@ -183,6 +185,7 @@ OpDef slice_op() {
     }
     return {x};
   };
+  d.traits.opaque_channels = true;
   return d;
 }
 
@@ -199,6 +202,7 @@ OpDef collective_op(const std::string& name) {
                "other ranks of its group, started by pare launch or torchrun (dist::ShardedModel)");
     return {ctx.collective(n, in.at(0))};
   };
+  d.traits.opaque_channels = true;
   return d;
 }
 
@@ -265,6 +269,7 @@ OpDef constant_op() {
     // never reaches the attribute.
     return {constant_value(n).detach()};
   };
+  d.traits.opaque_channels = true;
   return d;
 }
 
@@ -279,6 +284,7 @@ OpDef constant_of_shape_op() {
                "got ", value.numel());
     return {at::full(shape, value.reshape({}).item(), value.options().device(at::kCPU))};
   };
+  d.traits.opaque_channels = true;
   return d;
 }
 
@@ -297,6 +303,7 @@ OpDef expand_op() {
     }
     return {x.expand(out)};
   };
+  d.traits.opaque_channels = true;
   return d;
 }
 
@@ -325,6 +332,7 @@ OpDef split_op() {
                " has size ", dim);
     return at::split_with_sizes(x, sizes, axis);
   };
+  d.traits.opaque_channels = true;
   return d;
 }
 
@@ -341,6 +349,7 @@ OpDef range_op() {
     }
     return {(at::arange(count, at::kDouble) * dl + s).to(start.scalar_type())};
   };
+  d.traits.opaque_channels = true;
   return d;
 }
 
@@ -354,6 +363,7 @@ OpDef tile_op() {
     if (x.dim() == 0) return {x};
     return {x.repeat(repeats)};
   };
+  d.traits.opaque_channels = true;
   return d;
 }
 
@@ -420,6 +430,7 @@ OpDef pad_op() {
     }
     return {y};
   };
+  d.traits.opaque_channels = true;
   return d;
 }
 
@@ -463,6 +474,7 @@ OpDef trilu_op() {
     return {n.attr_int("upper", 1) != 0 ? at::triu(x, k) : at::tril(x, k)};
   };
   d.flops = flops_per_output(0);
+  d.traits.opaque_channels = true;
   return d;
 }
 

@@ -164,7 +164,7 @@ ModelSummary summarize(const Graph& g) {
       weights.push_back(matmul_nbits_weight(g, n));
       if (n.has_input(5)) weights.push_back(weight_behind(g, n.inputs[5]));  // bias
     } else {
-      for (int i : op.weight_inputs)
+      for (int i : op.weight_inputs())
         if (n.has_input(static_cast<size_t>(i))) weights.push_back(weight_behind(g, n.inputs[static_cast<size_t>(i)]));
     }
     for (const auto& w : weights) {

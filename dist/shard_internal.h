@@ -2,7 +2,8 @@
 //
 //   shard.cpp            the shared helpers below, ShardReport::to_text
 //   teacher_parallel.cpp the --teacher-parallel modes: names and the `auto` policy
-//   tensor_parallel.cpp  the tensor-parallel pass (shard_tensor_parallel)
+//   tensor_parallel.cpp  the tensor-parallel pass (shard_tensor_parallel; dist/tensor_parallel.h)
+//   shard_facets.cpp     each op's sharding rule, the "dist.shard" facet
 //   pipeline_plan.cpp    cutting a graph into pipeline stages (pipeline_stage)
 //   wire.cpp             sending a tensor of any dtype and shape point-to-point
 //   sharded_model.cpp    ShardedModel: runs a shard or stage with the other ranks

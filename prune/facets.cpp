@@ -111,7 +111,9 @@ void pass_axes(const Node& n, ChannelGraph& cg, const std::set<int64_t>& blocked
 void conv(const Node& n, ChannelGraph& cg) {
   const std::string &x = n.inputs.at(0), &w = n.inputs.at(1), &y = n.outputs.at(0);
   const auto& wsh = cg.shape(w);
-  const int64_t group = n.attr_int("group", 1), c = cg.shape(x)[1], m = wsh[0];
+  const core::WeightAxes wa = core::weight_axes(n, 1, cg.rank(w));
+  const int64_t bias_axis = core::weight_axes(n, 2, 1).out;
+  const int64_t group = n.attr_int("group", 1), c = cg.shape(x)[1], m = wsh[wa.out];
   cg.set(y, 0, cg.get(x, 0));
   for (int64_t a = 2; a < cg.rank(y); ++a) {
     cg.block(cg.get(x, a), n.describe() + " slides over this dimension");
@@ -124,16 +126,16 @@ void conv(const Node& n, ChannelGraph& cg) {
   }
   if (group == 1) {
     Layout out = cg.source(n, m);
-    cg.tie(w, 0, out, Role::kProduce);
-    if (has(n, 2)) cg.tie(n.inputs[2], 0, out, Role::kProduce);
-    cg.tie(w, 1, cg.get(x, 1), Role::kConsume);
+    cg.tie(w, wa.out, out, Role::kProduce);
+    if (has(n, 2)) cg.tie(n.inputs[2], bias_axis, out, Role::kProduce);
+    cg.tie(w, wa.in, cg.get(x, 1), Role::kConsume);
     cg.set(y, 1, out);
-  } else if (group == c && wsh[1] == 1 && m % c == 0) {
+  } else if (group == c && wsh[wa.in] == 1 && m % c == 0) {
     // Depthwise: output channel c * mult + r reads input channel c only.
     Layout in = cg.get(x, 1), out = in;
     for (Segment& s : out) (s.group < 0 ? s.count : s.k) *= m / c;
-    cg.tie(w, 0, out, Role::kCarry);
-    if (has(n, 2)) cg.tie(n.inputs[2], 0, out, Role::kCarry);
+    cg.tie(w, wa.out, out, Role::kCarry);
+    if (has(n, 2)) cg.tie(n.inputs[2], bias_axis, out, Role::kCarry);
     cg.attr_size(n, "group", in);
     cg.set(y, 1, out);
   } else {
@@ -155,17 +157,19 @@ void conv_transpose(const Node& n, ChannelGraph& cg) {
     cg.set(y, 1, ChannelGraph::fixed(m));
     return;
   }
+  const core::WeightAxes wa = core::weight_axes(n, 1, cg.rank(w));
   Layout out = cg.source(n, m);
-  cg.tie(w, 1, out, Role::kProduce);
-  if (has(n, 2)) cg.tie(n.inputs[2], 0, out, Role::kProduce);
-  cg.tie(w, 0, cg.get(x, 1), Role::kConsume);
+  cg.tie(w, wa.out, out, Role::kProduce);
+  if (has(n, 2)) cg.tie(n.inputs[2], core::weight_axes(n, 2, 1).out, out, Role::kProduce);
+  cg.tie(w, wa.in, cg.get(x, 1), Role::kConsume);
   cg.set(y, 1, out);
 }
 
 void gemm(const Node& n, ChannelGraph& cg) {
   const std::string &a = n.inputs.at(0), &b = n.inputs.at(1), &y = n.outputs.at(0);
-  const bool ta = n.attr_int("transA", 0) != 0, tb = n.attr_int("transB", 0) != 0;
-  const int64_t a_m = ta ? 1 : 0, a_k = ta ? 0 : 1, b_k = tb ? 1 : 0, b_n = tb ? 0 : 1;
+  const bool ta = n.attr_int("transA", 0) != 0;
+  const core::WeightAxes wb = core::weight_axes(n, 1, 2);  // B is 2-D, a weight or not
+  const int64_t a_m = ta ? 1 : 0, a_k = ta ? 0 : 1, b_k = wb.in, b_n = wb.out;
   const int64_t nout = cg.shape(y)[1];
   Layout rows = cg.is_initializer(a) ? ChannelGraph::fixed(cg.shape(y)[0]) : cg.get(a, a_m);
   Layout cols;
@@ -180,10 +184,10 @@ void gemm(const Node& n, ChannelGraph& cg) {
   if (has(n, 2)) {
     const std::string& c = n.inputs[2];
     const auto& csh = cg.shape(c);
-    const int64_t rc = static_cast<int64_t>(csh.size());
-    if (rc >= 1 && csh[rc - 1] == nout) {
-      if (cg.is_initializer(c)) cg.tie(c, rc - 1, cols, Role::kProduce);
-      else cg.unify(cg.get(c, rc - 1), cols, n.describe());
+    const int64_t rc = static_cast<int64_t>(csh.size()), c_n = core::weight_axes(n, 2, rc).out;
+    if (c_n >= 0 && csh[c_n] == nout) {
+      if (cg.is_initializer(c)) cg.tie(c, c_n, cols, Role::kProduce);
+      else cg.unify(cg.get(c, c_n), cols, n.describe());
     }
     if (rc == 2 && csh[0] > 1) {
       if (cg.is_initializer(c)) cg.tie(c, 0, rows);
@@ -199,10 +203,11 @@ void matmul(const Node& n, ChannelGraph& cg) {
   const int64_t ra = cg.rank(a), rb = cg.rank(b), ry = cg.rank(y);
   if (ra < 2 || rb < 2) return block_all(n, cg);
   const auto& ysh = cg.shape(y);
-  if (cg.is_initializer(b) && rb == 2 && !cg.is_initializer(a)) {
-    Layout cols = cg.source(n, cg.shape(b)[1]);
-    cg.tie(b, 1, cols, Role::kProduce);
-    cg.tie(b, 0, cg.get(a, ra - 1), Role::kConsume);
+  const core::WeightAxes wb = core::weight_axes(n, 1, rb);
+  if (cg.is_initializer(b) && wb.out >= 0 && !cg.is_initializer(a)) {
+    Layout cols = cg.source(n, cg.shape(b)[wb.out]);
+    cg.tie(b, wb.out, cols, Role::kProduce);
+    cg.tie(b, wb.in, cg.get(a, ra - 1), Role::kConsume);
     for (int64_t i = 0; i < ra - 1; ++i) cg.set(y, i, cg.get(a, i));
     cg.set(y, ry - 1, cols);
     return;
@@ -223,12 +228,15 @@ void matmul(const Node& n, ChannelGraph& cg) {
 void batch_norm(const Node& n, ChannelGraph& cg) {
   const std::string& x = n.inputs.at(0);
   Layout c = cg.get(x, 1);
-  const Role roles[] = {Role::kScale, Role::kCarry, Role::kCarry, Role::kCarry};
-  for (size_t i = 1; i < 5 && i < n.inputs.size(); ++i)
-    if (has(n, i)) {
-      if (cg.is_initializer(n.inputs[i])) cg.tie(n.inputs[i], 0, c, roles[i - 1]);
-      else cg.unify(cg.get(n.inputs[i], 0), c, n.describe());
-    }
+  // Scale, B, mean and var: one value per channel along their declared axis.
+  for (const core::WeightInput& w : core::OpRegistry::global().get(n.op_type).weights) {
+    const size_t i = static_cast<size_t>(w.input);
+    if (!has(n, i)) continue;
+    const int64_t axis = w.axes_on(n, 1).out;
+    const Role role = w.role == core::WeightRole::kScale ? Role::kScale : Role::kCarry;
+    if (cg.is_initializer(n.inputs[i])) cg.tie(n.inputs[i], axis, c, role);
+    else cg.unify(cg.get(n.inputs[i], axis), c, n.describe());
+  }
   for (int64_t a = 0; a < cg.rank(x); ++a) cg.set(n.outputs[0], a, cg.get(x, a));
   for (size_t o = 1; o < n.outputs.size(); ++o)
     if (!n.outputs[o].empty()) cg.set(n.outputs[o], 0, c);
@@ -344,28 +352,33 @@ void shape_only(const Node& n, ChannelGraph& cg) {
       for (int64_t a = 0; a < cg.rank(o); ++a) cg.set(o, a, ChannelGraph::fixed(cg.shape(o)[a]));
 }
 
-std::optional<WeightRole> weight_at(const Node& n, const core::Graph& g, int input, int64_t axis) {
-  if (!n.has_input(input) || !g.is_initializer(n.inputs[input])) return std::nullopt;
-  return WeightRole{input, axis};
+// The node's prunable weight: the one input the op declares a kWeight that is an initializer,
+// when the op follows its input channels (none for a MatMul of two constants).
+std::optional<WeightRole> declared_weight(const std::vector<core::WeightInput>& weights, const Node& n,
+                                          const core::Graph& g) {
+  std::optional<WeightRole> found;
+  for (const core::WeightInput& w : weights) {
+    if (w.role != core::WeightRole::kWeight || !n.has_input(w.input) || !g.is_initializer(n.inputs[w.input]))
+      continue;
+    if (found) return std::nullopt;
+    const int64_t in = w.axes_on(n, g.initializers.at(n.inputs[w.input]).dim()).in;
+    found = WeightRole{w.input, in};
+  }
+  if (found && found->in_axis < 0) return std::nullopt;
+  return found;
 }
 
 }  // namespace
 
 void attach_prune_facets(core::OpDef& op) {
-  using WeightFn = std::function<std::optional<WeightRole>(const Node&, const core::Graph&)>;
-  static const std::map<std::string, WeightFn> weights = {
-      {"Conv", [](const Node& n, const core::Graph& g) { return weight_at(n, g, 1, 1); }},
-      {"ConvTranspose", [](const Node& n, const core::Graph& g) { return weight_at(n, g, 1, 0); }},
-      {"Gemm", [](const Node& n, const core::Graph& g) { return weight_at(n, g, 1, n.attr_int("transB", 0) != 0 ? 1 : 0); }},
-      {"MatMul", [](const Node& n, const core::Graph& g) -> std::optional<WeightRole> {
-         auto rank2 = [&](int i) {
-           return n.has_input(i) && g.is_initializer(n.inputs[i]) && g.initializers.at(n.inputs[i]).dim() == 2;
-         };
-         if (rank2(1) && !g.is_initializer(n.inputs[0])) return WeightRole{1, 0};
-         if (rank2(0) && !g.is_initializer(n.inputs[1])) return WeightRole{0, 1};
-         return std::nullopt;
-       }},
-  };
+  // Which input is the prunable weight, and its input-channel axis, come from the op's weight
+  // declaration in core.
+  const bool weighted = std::any_of(op.weights.begin(), op.weights.end(),
+                                    [](const core::WeightInput& w) { return w.role == core::WeightRole::kWeight; });
+  if (weighted)
+    op.set_facet(kWeightFacet, WeightFacet{[weights = op.weights](const Node& n, const core::Graph& g) {
+                   return declared_weight(weights, n, g);
+                 }});
   using ChannelFn = std::function<void(const Node&, ChannelGraph&)>;
   auto like_reshape = [](const Node& n, ChannelGraph& cg) { reshape_like(n, cg); };
   static const std::map<std::string, ChannelFn> by_name = {
@@ -374,29 +387,6 @@ void attach_prune_facets(core::OpDef& op) {
       {"LogSoftmax", softmax}, {"Transpose", transpose}, {"Concat", concat}, {"Reshape", reshape},
       {"Flatten", like_reshape}, {"Squeeze", like_reshape}, {"Unsqueeze", like_reshape},
       {"Shape", shape_only}, {"Size", shape_only}};
-  // Marked unsupported: the dims these touch keep their size. An op that is in no list here and
-  // whose traits say nothing gets no facet, and the analysis of a graph that uses it fails naming
-  // the op.
-  static const std::set<std::string> blocking = {
-      "Gather", "GatherElements", "Slice", "Constant", "ConstantOfShape", "Expand", "Split", "Range", "Tile", "Pad",
-      "AllReduce", "AllGather",
-      // Trilu zeroes by position in the last two dims; the losses reduce over classes and rows.
-      "Trilu", "NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss",
-      // Picking and placing by index, and generators (core/ops_index.cpp); bool masks; CastLike and
-      // BitShift, which are not declared elementwise; GridSample, which samples where its grid says.
-      "CumSum", "TopK", "Scatter", "ScatterElements", "ScatterND", "GatherND", "OneHot", "NonZero", "Compress",
-      "EyeLike", "ReverseSequence", "DepthToSpace", "SpaceToDepth", "Hardmax", "IsNaN", "IsInf", "CastLike",
-      "BitShift", "MaxUnpool", "NonMaxSuppression", "Unique", "HannWindow", "HammingWindow", "BlackmanWindow",
-      "GridSample",
-      // Normalizations that mix channels (LRN) or that nobody prunes through yet; Einsum and Det
-      // contract dims an equation names; Resize may scale any dim, channels included.
-      "InstanceNormalization", "MeanVarianceNormalization", "LRN", "Einsum", "Det", "Resize", "Upsample",
-      // Recurrent cells: their hidden units are gate blocks of W, R and B, not one axis.
-      "LSTM", "GRU", "RNN",
-      // core/ops_quant.cpp
-      "QuantizeLinear", "DequantizeLinear", "MatMulNBits", "FakeQuantize", "DynamicQuantizeLinear", "MatMulInteger"};
-
-  if (auto w = weights.find(op.name); w != weights.end()) op.set_facet(kWeightFacet, WeightFacet{w->second});
   const core::OpTraits& t = op.traits;
   if (auto c = by_name.find(op.name); c != by_name.end()) op.set_facet(kChannelFacet, ChannelFacet{c->second, true});
   // The ops whose core traits say how they map elements: no list of names here. Elementwise,
@@ -405,7 +395,9 @@ void attach_prune_facets(core::OpDef& op) {
   else if (t.spatial_pool) op.set_facet(kChannelFacet, ChannelFacet{pool, true});
   else if (t.reduction != core::OpTraits::Reduction::kNo) op.set_facet(kChannelFacet, ChannelFacet{reduce, true});
   else if (t.elementwise != core::OpTraits::Elementwise::kNo) op.set_facet(kChannelFacet, ChannelFacet{elementwise, true});
-  else if (blocking.count(op.name)) op.set_facet(kChannelFacet, ChannelFacet{block_all, false});
+  // Opaque ops: the dims they touch keep their size. An op whose traits say nothing gets no
+  // facet, and the analysis of a graph that uses it fails naming the op.
+  else if (t.opaque_channels) op.set_facet(kChannelFacet, ChannelFacet{block_all, false});
 }
 
 const core::OpRegistry& prune_registry() {

@@ -3,13 +3,15 @@
 // Two facets, attached to every op by attach_prune_facets() (prune/facets.cpp):
 //   "prune.weight"    (WeightFacet)   which input is the op's prunable weight and which of its
 //                                      axes runs along the op's input (reduction) dimension;
-//                                      used by unstructured and N:M pruning.
+//                                      used by unstructured and N:M pruning. Read from the
+//                                      op's weight declaration (core::OpDef::weights).
 //   "prune.channels"  (ChannelFacet)  how channel dimensions flow through the op: which output
 //                                      dims follow which input dims, which dims a node creates
 //                                      (Conv output channels, Gemm hidden units), which it
 //                                      forbids shrinking (a Softmax axis, LayerNorm's normalized
-//                                      dims). Every core op has one; ops that block every
-//                                      dimension are marked unsupported.
+//                                      dims). Every core op has one; opaque ops (the core
+//                                      trait opaque_channels) block every dimension and are
+//                                      marked unsupported.
 //
 // The channel analysis (ChannelGraph) walks the graph in topological order and runs each node's
 // channel facet. A channel dimension's Layout says which channel groups its elements belong to:
@@ -37,8 +39,9 @@ namespace pare::prune {
 inline constexpr const char* kWeightFacet = "prune.weight";
 inline constexpr const char* kChannelFacet = "prune.channels";
 
-/// Attaches prune's facets to one op: weight roles by name (Conv, ConvTranspose, Gemm, MatMul),
-/// channel propagation by name or, for elementwise, reduction and pooling ops, by core traits.
+/// Attaches prune's facets to one op: its prunable weight from the op's weight declaration in
+/// core (OpDef::weights), channel propagation by name or, for elementwise, reduction, pooling and
+/// opaque ops, by core traits; the axes a channel rule ties come from the weight declaration.
 void attach_prune_facets(core::OpDef& op);
 /// The global registry with attach_prune_facets as a facet provider (added once, thread-safe): every
 /// op, registered before or after, has prune's facets.

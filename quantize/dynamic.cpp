@@ -5,6 +5,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "core/op_registry.h"
 #include "quantize/fold_bn.h"
 #include "quantize/observer.h"
 #include "quantize/ptq.h"
@@ -49,7 +50,7 @@ DynamicResult quantize_dynamic(const core::Graph& fp32, const DynamicOptions& op
     const core::Node n = g.nodes[i];  // a copy: add_node below may move the nodes
     const std::string why = why_not(g, n);
     if (!why.empty() || matches(n, opts.exclude_)) {
-      if (n.op_type == "Conv" || n.op_type == "MatMul" || n.op_type == "Gemm")
+      if (policy_of(n.op_type).kind == QuantPolicy::Kind::kCompute)
         res.skipped.push_back(n.describe() + ": " + (why.empty() ? "excluded" : why));
       continue;
     }
@@ -57,7 +58,7 @@ DynamicResult quantize_dynamic(const core::Graph& fp32, const DynamicOptions& op
     const std::string& x = n.inputs[0];
     const std::string& w = n.inputs[1];
     at::Tensor wt = g.initializers.at(w).to(at::kFloat);
-    if (n.op_type == "Gemm" && n.attr_int("transB", 0) != 0) wt = wt.t();
+    if (core::weight_axes(n, 1, 2).out == 0) wt = wt.t();  // Gemm with transB
     wt = wt.contiguous();  // [K, N]: output channels along axis 1
     const int64_t K = wt.size(0), N = wt.size(1);
     QuantParams wp = weight_params(wt, opts.per_channel_ ? 1 : -1);

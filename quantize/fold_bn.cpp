@@ -4,6 +4,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/op_registry.h"
 
 namespace pare::quantize {
 namespace {
@@ -44,12 +45,9 @@ int fold_batch_norm(core::Graph& g) {
     if (!all_initializers(g, prod, 1, 2) || (prod.has_input(2) && !g.is_initializer(prod.inputs[2])))
       continue;
     at::Tensor w = g.initializers.at(prod.inputs[1]).to(at::kFloat);
-    // The output channel axis of the weight.
-    int64_t axis = 0;
-    if (gemm) {
-      if (prod.attr_int("transA", 0) != 0 && w.dim() != 2) continue;
-      axis = prod.attr_int("transB", 0) != 0 ? 0 : 1;
-    }
+    if (gemm && prod.attr_int("transA", 0) != 0 && w.dim() != 2) continue;
+    // The output channel axis of the weight, as the op declares it.
+    const int64_t axis = core::weight_axes(prod, 1, w.dim()).out;
     const int64_t channels = w.size(axis);
     auto param = [&](size_t i) { return g.initializers.at(bn.inputs[i]).to(at::kFloat).reshape({-1}); };
     at::Tensor scale = param(1), shift = param(2), mean = param(3), var = param(4);

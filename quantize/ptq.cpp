@@ -24,29 +24,40 @@ using core::Graph;
 using core::Node;
 using Kind = QuantPolicy::Kind;
 
+namespace {
+
+// The compute policy of `op`: input 0 is the activation; the weight, the bias and the weight's
+// output-channel axis come from the op's weight declaration in core.
+QuantPolicy compute_policy(const core::OpDef& op) {
+  QuantPolicy p;
+  p.kind = Kind::kCompute;
+  p.activation_inputs = {0};
+  for (const core::WeightInput& w : op.weights) {
+    if (w.role == core::WeightRole::kWeight && w.input != 0 && p.weight_input < 0) p.weight_input = w.input;
+    if (w.role == core::WeightRole::kBias && p.bias_input < 0) p.bias_input = w.input;
+  }
+  PARE_ASSERT(p.weight_input > 0, "op '", op.name, "' is quantized as a compute op but declares no weight");
+  const core::WeightInput weight = *op.weight(p.weight_input);
+  p.weight_axis = [weight](const Node& n, int64_t rank) { return weight.axes_on(n, rank).out; };
+  return p;
+}
+
+}  // namespace
+
 void attach_quantize_policy(core::OpDef& op) {
+  // The ops with an int8 form in a QDQ graph; which input is their weight is core's to say.
+  static const std::set<std::string> compute = {"Conv", "Gemm", "MatMul"};
   static const std::map<std::string, QuantPolicy> known = [] {
-    auto compute = [](int64_t (*axis)(const Node&, int64_t), int bias) {
-      QuantPolicy p;
-      p.kind = Kind::kCompute;
-      p.activation_inputs = {0};
-      p.weight_input = 1;
-      p.bias_input = bias;
-      p.weight_axis = axis;
-      return p;
-    };
     std::map<std::string, QuantPolicy> m;
-    m["Conv"] = compute([](const Node&, int64_t) -> int64_t { return 0; }, 2);
-    m["Gemm"] = compute([](const Node& n, int64_t) -> int64_t { return n.attr_int("transB", 0) != 0 ? 0 : 1; }, 2);
-    // MatMul x @ W with W [K, N]: output channels along the last axis.
-    m["MatMul"] = compute([](const Node&, int64_t rank) -> int64_t { return rank == 2 ? 1 : -1; }, -1);
     for (const char* name : {"Relu", "Clip"}) m[name].kind = Kind::kFusable;
     for (const char* name : {"MaxPool", "Flatten", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Identity", "Dropout"})
       m[name].kind = Kind::kPassthrough;
     return m;
   }();
   QuantPolicy p;
-  if (auto it = known.find(op.name); it != known.end()) {
+  if (compute.count(op.name)) {
+    p = compute_policy(op);
+  } else if (auto it = known.find(op.name); it != known.end()) {
     p = it->second;
   } else if (op.name == "QuantizeLinear" || op.name == "DequantizeLinear") {
     p.why_not = "it is itself a quantization op";

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/op_registry.h"
 #include "quantize/fold_bn.h"
 #include "quantize/observer.h"
 #include "quantize/ptq.h"
@@ -59,7 +60,7 @@ WeightOnlyResult quantize_weight_only(const core::Graph& fp32, const WeightOnlyO
       continue;
     }
     at::Tensor wt = g.initializers.at(w).to(at::kFloat);
-    if (!(gemm && n.attr_int("transB", 0) != 0)) wt = wt.t();
+    if (core::weight_axes(n, 1, 2).out != 0) wt = wt.t();  // all but Gemm with transB
     wt = wt.contiguous();  // [N, K]
     const int64_t N = wt.size(0), K = wt.size(1);
     at::Tensor bias;

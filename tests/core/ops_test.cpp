@@ -83,8 +83,8 @@ TEST(CoreOps, EveryOpHasForwardDocAndSaneArity) {
     EXPECT_TRUE(op.outputs_max == -1 || op.outputs_max >= op.outputs_min);
     std::set<std::string> attr_names;
     for (const auto& a : op.attrs) EXPECT_TRUE(attr_names.insert(a.name).second) << a.name;
-    for (int i : op.weight_inputs) EXPECT_TRUE(op.inputs_max == -1 || i < op.inputs_max);
-    for (int i : op.state_inputs) EXPECT_TRUE(op.inputs_max == -1 || i < op.inputs_max);
+    for (int i : op.weight_inputs()) EXPECT_TRUE(op.inputs_max == -1 || i < op.inputs_max);
+    for (int i : op.state_inputs()) EXPECT_TRUE(op.inputs_max == -1 || i < op.inputs_max);
   }
 }
 
@@ -108,9 +108,43 @@ TEST(CoreOps, DeclaresTheOnnxAttributes) {
     EXPECT_NE(reg.get("Gemm").find_attr(a), nullptr) << a;
   for (const char* a : {"epsilon", "momentum", "training_mode"})
     EXPECT_NE(reg.get("BatchNormalization").find_attr(a), nullptr) << a;
-  EXPECT_EQ(reg.get("Conv").weight_inputs, (std::vector<int>{1, 2}));
-  EXPECT_EQ(reg.get("BatchNormalization").state_inputs, (std::vector<int>{3, 4}));
-  EXPECT_EQ(reg.get("Gather").weight_inputs, (std::vector<int>{0}));
+  EXPECT_EQ(reg.get("Conv").weight_inputs(), (std::vector<int>{1, 2}));
+  EXPECT_EQ(reg.get("BatchNormalization").state_inputs(), (std::vector<int>{3, 4}));
+  EXPECT_EQ(reg.get("Gather").weight_inputs(), (std::vector<int>{0}));
+}
+
+TEST(CoreOps, WeightDeclarationsAreWellFormed) {
+  auto& reg = OpRegistry::global();
+  for (const auto& name : reg.names()) {
+    const OpDef& op = reg.get(name);
+    SCOPED_TRACE(name);
+    std::set<int> seen;
+    for (const WeightInput& w : op.weights) {
+      EXPECT_TRUE(seen.insert(w.input).second) << "input " << w.input << " declared twice";
+      EXPECT_TRUE(w.input >= 0 && (op.inputs_max == -1 || w.input < op.inputs_max)) << w.input;
+    }
+  }
+  auto axes = [](const char* op, int input, int64_t rank, std::map<std::string, core::AttrValue> attrs = {}) {
+    const WeightAxes a = weight_axes(Node{op, "", {}, {}, std::move(attrs), ""}, input, rank);
+    return std::make_pair(a.out, a.in);
+  };
+  using P = std::pair<int64_t, int64_t>;
+  EXPECT_EQ(axes("Conv", 1, 4), P(0, 1));
+  EXPECT_EQ(axes("Conv", 2, 1), P(0, -1));
+  EXPECT_EQ(axes("ConvTranspose", 1, 4), P(1, 0));
+  EXPECT_EQ(axes("Gemm", 1, 2), P(1, 0));
+  EXPECT_EQ(axes("Gemm", 1, 2, {{"transB", int64_t{1}}}), P(0, 1));
+  EXPECT_EQ(axes("Gemm", 2, 2), P(1, -1));
+  EXPECT_EQ(axes("MatMul", 1, 2), P(1, 0));
+  EXPECT_EQ(axes("MatMul", 0, 2), P(0, 1));
+  EXPECT_EQ(axes("MatMul", 1, 3), P(-1, -1));  // batched weights: channels not followed
+  EXPECT_EQ(axes("Relu", 0, 2), P(-1, -1));
+  EXPECT_EQ(reg.get("BatchNormalization").weight(1)->role, WeightRole::kScale);
+  EXPECT_EQ(reg.get("BatchNormalization").weight(3)->role, WeightRole::kMean);
+  EXPECT_EQ(reg.get("Gather").weight(0)->role, WeightRole::kTable);
+  EXPECT_TRUE(reg.get("Gather").traits.opaque_channels);
+  EXPECT_TRUE(reg.get("LSTM").traits.opaque_channels);
+  EXPECT_FALSE(reg.get("Relu").traits.opaque_channels);
 }
 
 TEST(CoreOps, GradientsFlowThroughTrainableOps) {

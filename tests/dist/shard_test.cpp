@@ -8,6 +8,7 @@
 
 #include "core/module.h"
 #include "core/onnx_io.h"
+#include "dist/tensor_parallel.h"
 #include "tests/dist_util.h"
 #include "tests/test_util.h"
 
@@ -90,6 +91,15 @@ TEST(TensorParallel, SplitsAttentionByHeadsAndEachMlpOnceWithOneAllReducePerBloc
       EXPECT_TRUE(t.equal(wq.narrow(1, 16, 16))) << k;
     }
   EXPECT_TRUE(found);
+}
+
+// Every registered op has a sharding rule, as every op has prune's facets: its own (Conv, Gemm,
+// ...), one from its core traits, or "run it whole" (opaque ops and ops that say nothing).
+TEST(ShardFacets, EveryRegisteredOpHasARule) {
+  pare::testing::register_test_ops();
+  const core::OpRegistry& reg = dist::detail::shard_registry();
+  for (const auto& name : reg.names())
+    EXPECT_TRUE(reg.get(name).has_facet(dist::detail::kShardFacet)) << name;
 }
 
 // New ops (tests/test_util.h; docs/ARCHITECTURE.md, "Add an op"): one declared elementwise in its
