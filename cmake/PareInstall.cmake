@@ -10,7 +10,7 @@ set_target_properties(pare PROPERTIES EXPORT_NAME pare_cli
                       INSTALL_RPATH "$ORIGIN/../${CMAKE_INSTALL_LIBDIR};${TORCH_INSTALL_PREFIX}/lib")
 install(TARGETS pare EXPORT pareTargets RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 set(_libs pare_base pare_core pare_train pare_engine pare_distill pare_dist pare_prune pare_quantize pare_export
-    pare_pipeline pare_cli pare_deps)
+    pare_pipeline pare_commands pare_deps)
 set(_dirs core train engine distill dist prune quantize export pipeline)
 if(PARE_FEDERATED)
   list(APPEND _libs pare_federated pare_federated_wire)

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <string>
 
+#include "core/error.h"
 #include "core/data.h"
 #include "core/onnx_io.h"
 #include "distill/distiller.h"

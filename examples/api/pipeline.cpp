@@ -4,6 +4,7 @@
 // Usage: pipeline_example RECIPE.yaml RUN_DIR PARE_EXECUTABLE
 #include <cstdio>
 
+#include "core/error.h"
 #include "cli/schema.h"
 #include "pipeline/pipeline.h"
 #include "pipeline/report.h"

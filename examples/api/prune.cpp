@@ -5,6 +5,7 @@
 #include <iostream>
 #include <string>
 
+#include "core/error.h"
 #include "core/onnx_io.h"
 #include "core/summary.h"
 #include "prune/structured.h"

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "core/error.h"
 #include "core/data.h"
 #include "core/onnx_io.h"
 #include "quantize/ptq.h"

@@ -1,4 +1,4 @@
-// libFuzzer target for training checkpoints (train::Trainer's resume, distill/trainer.cpp): an
+// libFuzzer target for training checkpoints (train::Trainer's resume, train/checkpoint.cpp): an
 // input is a checkpoint's payload (safetensors), written behind a header with its right CRC so
 // that the fuzzer gets past the checksum to pare's checks of the contents: the tensors, the
 // optimizer's state, the RNG and the run's position. A Trainer of a small MLP resumes from it and,

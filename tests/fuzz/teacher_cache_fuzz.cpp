@@ -1,4 +1,4 @@
-// libFuzzer target for teacher caches (engine::TeacherCacheFile, distill/teacher_cache_file.cpp):
+// libFuzzer target for teacher caches (engine::TeacherCacheFile, engine/cache_file.cpp):
 // an index.json and the .npy shards it lists. An input is the files one after the other, split at
 // kSplit: index.json, then shard 0's classes, probs and rest, then shard 1's, and so on; they are
 // written into a folder in /dev/shm and read back. A cache that reads must give finite logits for

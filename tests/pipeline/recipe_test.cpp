@@ -9,7 +9,7 @@
 #include "core/error.h"
 #include "core/file_util.h"
 #include "pipeline/pipeline.h"
-#include "test_util.h"
+#include "tests/test_util.h"
 
 namespace {
 
