@@ -9,18 +9,6 @@
 
 namespace pare::distill {
 
-namespace {
-
-std::string sizes_str(const at::Tensor& t) {
-  std::ostringstream os;
-  os << "[";
-  for (int64_t i = 0; i < t.dim(); ++i) os << (i ? ", " : "") << t.size(i);
-  os << "]";
-  return os.str();
-}
-
-}  // namespace
-
 // ---------------------------------------------------------------------------------------------
 // EnsembleTeacher
 
@@ -59,7 +47,7 @@ std::unordered_map<std::string, at::Tensor> EnsembleTeacher::forward(const at::T
     at::Tensor l = members_[i]->logits(x);
     if (i == 0) first = l;
     PARE_CHECK(l.sizes() == first.sizes(), "ensemble members disagree: ", members_[0]->describe(), " gives logits ",
-               sizes_str(first), " but ", members_[i]->describe(), " gives ", sizes_str(l));
+               first.sizes(), " but ", members_[i]->describe(), " gives ", l.sizes());
     // acc + l * w, not add_(l, alpha): the same rounding as the textbook formula.
     if (combine_ == Combine::kMean)
       acc = i == 0 ? l * weights_[0] : acc + l * weights_[i];
