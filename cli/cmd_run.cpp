@@ -110,7 +110,7 @@ void run_torch(const RunOpts& o) {
   for (auto& in : g.inputs) names.push_back(in.name);
   std::vector<at::Tensor> feeds = read_inputs(names, o.inputs);
   const auto outs = output_bindings(o.outputs, g.outputs.at(0).name);
-  const auto mode = dist::parse_teacher_parallel(o.parallel, "--parallel");
+  const auto mode = dist::parse_teacher_parallel(o.parallel, "parallel");
   if (mode != dist::TeacherParallel::kNone) {
     PARE_CHECK(mode != dist::TeacherParallel::kAuto, "--parallel takes tp or pp");
     PARE_CHECK(outs.size() == 1 && outs[0].first == g.outputs.at(0).name, "--parallel ", o.parallel,

@@ -70,6 +70,10 @@ struct TrainingRun : train::RunSetup {
 /// pare_rt), and --teacher-parallel / --teacher-memory for a teacher sharded over the ranks.
 struct TeacherSharding : distill::TeacherPlacement {
   void add_options(CLI::App* cmd);
+  /// place(), printing auto's choice and the shard report on rank 0 unless `quiet`.
+  std::unique_ptr<distill::Teacher> load(const std::vector<std::string>& specs, const std::vector<double>& weights,
+                                         uint64_t seed, const std::shared_ptr<dist::ProcessGroup>& pg,
+                                         bool quiet) const;
 };
 
 }  // namespace pare::cli

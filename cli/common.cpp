@@ -77,6 +77,18 @@ void TeacherSharding::add_options(CLI::App* cmd) {
                   "and a pipeline stage's weights take at most half of it");
 }
 
+std::unique_ptr<distill::Teacher> TeacherSharding::load(const std::vector<std::string>& specs,
+                                                        const std::vector<double>& weights, uint64_t seed,
+                                                        const std::shared_ptr<dist::ProcessGroup>& pg,
+                                                        bool quiet) const {
+  distill::PlacedTeacher placed = place(specs, weights, seed, pg);
+  if (!quiet && dist::World::from_env().rank == 0) {
+    if (!placed.auto_choice.empty()) std::fprintf(stderr, "--teacher-parallel auto: %s\n", placed.auto_choice.c_str());
+    std::fprintf(stderr, "%s", placed.shard_report.c_str());
+  }
+  return std::move(placed.teacher);
+}
+
 void TrainingRun::add_options(CLI::App* cmd, bool data_optional, const std::set<std::string>& skip) {
   auto* d = cmd->add_option("--data,-d", data, "fashion-mnist[:DIR] or npy:X.npy,Y.npy");
   if (data_optional) d->description("fashion-mnist[:DIR] or npy:X.npy,Y.npy: to train, score or --analyze");

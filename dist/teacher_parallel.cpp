@@ -15,7 +15,7 @@ TeacherParallel parse_teacher_parallel(const std::string& s, const std::string& 
   if (s == "tp") return TeacherParallel::kTensor;
   if (s == "pp") return TeacherParallel::kPipeline;
   if (s == "auto") return TeacherParallel::kAuto;
-  throw InputError(option + " must be none, tp, pp or auto, got '" + s + "'");
+  throw InputError(option + " must be none, tp, pp or auto, got '" + s + "'").about(option);
 }
 
 const char* teacher_parallel_name(TeacherParallel p) {

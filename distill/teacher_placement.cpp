@@ -4,34 +4,21 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdio>
 
 #include "core/error.h"
 #include "dist/world.h"
 
 namespace pare::distill {
 
-namespace {
-
-// Runs `parse`, marking an InputError it throws as being about `option` (so the command line
-// names its flag).
-template <typename F>
-auto about(const char* option, F parse) {
-  try {
-    return parse();
-  } catch (const InputError& e) {
-    throw InputError(e.what()).about(option);
+PlacedTeacher TeacherPlacement::place(const std::vector<std::string>& specs, const std::vector<double>& weights,
+                                      uint64_t seed, const std::shared_ptr<dist::ProcessGroup>& pg) const {
+  auto chosen = dist::parse_teacher_parallel(mode, "teacher_parallel");
+  const auto eng = engine::parse_kind(engine, "teacher_engine");
+  PlacedTeacher placed;
+  if (chosen == dist::TeacherParallel::kNone) {
+    placed.teacher = load_teachers(specs, weights, seed, eng);
+    return placed;
   }
-}
-
-}  // namespace
-
-std::unique_ptr<Teacher> TeacherPlacement::load(const std::vector<std::string>& specs,
-                                                const std::vector<double>& weights, uint64_t seed,
-                                                const std::shared_ptr<dist::ProcessGroup>& pg, bool quiet) const {
-  auto chosen = about("teacher_parallel", [&] { return dist::parse_teacher_parallel(mode, "teacher_parallel"); });
-  const auto eng = about("teacher_engine", [&] { return engine::parse_kind(engine, "teacher_engine"); });
-  if (chosen == dist::TeacherParallel::kNone) return load_teachers(specs, weights, seed, eng);
   if (eng != engine::Kind::kTorch)
     throw InputError(pare::detail::concat("teacher_parallel ", mode, " shards the teacher in the libtorch interpreter; "
                                           "it does not combine with teacher_engine rt"))
@@ -41,18 +28,18 @@ std::unique_ptr<Teacher> TeacherPlacement::load(const std::vector<std::string>& 
   normalize_teacher_weights(weights, 1);  // checked as for a whole teacher
   const std::string& spec = specs[0];
   core::Graph g = engine::load_graph(spec, seed);
-  const dist::World world = dist::World::from_env();
-  const bool talk = !quiet && world.rank == 0;
   if (chosen == dist::TeacherParallel::kAuto) {
+    const dist::World world = dist::World::from_env();
     const int64_t memory = memory_mb > 0 ? static_cast<int64_t>(memory_mb * 1e6)
                                          : static_cast<int64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGE_SIZE) /
                                                std::max(1, world.local_world_size);
     auto choice = dist::choose_teacher_parallel(g, world, memory);
-    if (talk)
-      std::fprintf(stderr, "--teacher-parallel auto: %s, because %s\n", dist::teacher_parallel_name(choice.mode),
-                   choice.why.c_str());
+    placed.auto_choice = std::string(dist::teacher_parallel_name(choice.mode)) + ", because " + choice.why;
     chosen = choice.mode;
-    if (chosen == dist::TeacherParallel::kNone) return std::make_unique<engine::TorchEngine>(std::move(g), spec);
+    if (chosen == dist::TeacherParallel::kNone) {
+      placed.teacher = std::make_unique<engine::TorchEngine>(std::move(g), spec);
+      return placed;
+    }
   }
   PARE_CHECK_OPTION(pg != nullptr, "teacher_parallel", mode, " needs more than one process: "
                     "start the job with pare launch --nproc-per-node N -- pare ...");
@@ -60,8 +47,9 @@ std::unique_ptr<Teacher> TeacherPlacement::load(const std::vector<std::string>& 
   // activations), as auto assumes.
   const int64_t stage_limit = memory_mb > 0 ? static_cast<int64_t>(memory_mb * 1e6 / 2) : 0;
   auto teacher = std::make_unique<engine::ShardedEngine>(g, spec, chosen, pg->new_group("teacher"), stage_limit);
-  if (talk) std::fprintf(stderr, "%s", teacher->report().to_text().c_str());
-  return teacher;
+  placed.shard_report = teacher->report().to_text();
+  placed.teacher = std::move(teacher);
+  return placed;
 }
 
 }  // namespace pare::distill

@@ -4,7 +4,7 @@
 //
 //   distill::TeacherPlacement where;
 //   where.mode = "auto";
-//   auto teacher = where.load({"big.onnx"}, {}, /*seed=*/0, opts.process_group_, /*quiet=*/false);
+//   auto placed = where.place({"big.onnx"}, {}, /*seed=*/0, opts.process_group_);   // placed.teacher
 #pragma once
 
 #include <cstdint>
@@ -17,16 +17,23 @@
 
 namespace pare::distill {
 
+/// A teacher as placed, with what placing it decided (for the caller to report).
+struct PlacedTeacher {
+  std::unique_ptr<Teacher> teacher;
+  std::string auto_choice;   ///< mode auto: "tp, because ...", else ""
+  std::string shard_report;  ///< a sharded teacher's layout (dist::ShardReport::to_text), else ""
+};
+
 struct TeacherPlacement {
   std::string mode = "none";    ///< teacher_parallel: none, tp, pp or auto
   std::string engine = "torch"; ///< teacher_engine: torch or rt
   double memory_mb = 0;         ///< teacher_memory: memory per process for auto (0: RAM / local ranks)
 
   /// The teacher of `specs` (an ensemble of several), sharded over `pg`'s ranks when the mode asks
-  /// for it; auto's choice and the shard report go to stderr on rank 0 unless `quiet`. Throws
-  /// InputError when the teachers cannot be sharded or `pg` is null (one process).
-  std::unique_ptr<Teacher> load(const std::vector<std::string>& specs, const std::vector<double>& weights,
-                                uint64_t seed, const std::shared_ptr<dist::ProcessGroup>& pg, bool quiet) const;
+  /// for it (collective then: every rank calls it). Throws InputError when the teachers cannot be
+  /// sharded or `pg` is null (one process).
+  PlacedTeacher place(const std::vector<std::string>& specs, const std::vector<double>& weights, uint64_t seed,
+                      const std::shared_ptr<dist::ProcessGroup>& pg) const;
 };
 
 }  // namespace pare::distill

@@ -230,7 +230,7 @@ void RtEngine::to(const at::Device&) {}
 Kind parse_kind(const std::string& s, const std::string& option) {
   if (s == "torch") return Kind::kTorch;
   if (s == "rt") return Kind::kRt;
-  throw InputError(option + " must be torch or rt, got '" + s + "'");
+  throw InputError(option + " must be torch or rt, got '" + s + "'").about(option);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -45,7 +45,10 @@ std::vector<RoundStats> serve(const std::vector<std::string>& models, const Serv
 core::TensorDataset ClientDataSpec::load() const {
   core::TensorDataset ds = core::load_dataset(data, "train");
   if (partition.empty()) return ds;
-  PARE_CHECK_OPTION(partitions >= 1, "partitions", "must be at least 1 with --partition, got ", partitions);
+  if (partitions < 1)
+    throw InputError(pare::detail::concat("partitions must be at least 1 with partition, got ", partitions))
+        .about("partitions")
+        .about("partition");
   PARE_CHECK_OPTION(index >= 0 && index < partitions, "partition_index", "must be in [0, ", partitions, "), got ",
                     index);
   core::require_labels(ds, "a partition of the data");

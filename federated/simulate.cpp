@@ -59,8 +59,11 @@ std::vector<std::string> write_parts(const SimulateOptions& o) {
   const uint64_t seed = o.server.seed;
   const bool feddf = o.server.mode == "feddf";
   const int64_t keep = o.train_samples > 0 ? std::min(o.train_samples, ds.size()) : ds.size();
-  PARE_CHECK_OPTION(!feddf || (o.distill_samples >= 1 && o.distill_samples < keep), "distill_samples",
-                    "must be in [1, ", keep, ") with --mode feddf, got ", o.distill_samples);
+  if (feddf && (o.distill_samples < 1 || o.distill_samples >= keep))
+    throw InputError(pare::detail::concat("distill_samples must be in [1, ", keep, ") with mode feddf, got ",
+                                          o.distill_samples))
+        .about("distill_samples")
+        .about("mode");
   const int64_t held = feddf ? o.distill_samples : 0;
   const at::Tensor perm = at::randperm(ds.size(), at::make_generator<at::CPUGeneratorImpl>(seed + 1));
   const at::Tensor server_x = ds.x.index_select(0, perm.narrow(0, keep - held, held));

@@ -397,23 +397,25 @@ int Runner::run_stage(const RecipeStage& s, bool force) {
   return 0;
 }
 
-// --from and --until as stage indices; the stages before --from must have finished.
+// `from` and `until` as stage indices; the stages before `from` must have finished.
 void Runner::check_range(size_t& first, size_t& last) {
-  auto find = [&](const std::string& name, const char* flag) {
+  auto find = [&](const std::string& name, const char* option) {
     for (size_t i = 0; i < r_.stages.size(); ++i)
       if (r_.stages[i].name == name) return i;
     std::string names;
     for (const RecipeStage& s : r_.stages) names += (names.empty() ? "" : ", ") + s.name;
-    throw InputError(std::string(flag) + " " + name + ": " + r_.path + " has no such stage (its stages: " + names + ")");
+    throw InputError(std::string(option) + " " + name + ": " + r_.path + " has no such stage (its stages: " + names + ")")
+        .about(option);
   };
-  first = o_.from.empty() ? 0 : find(o_.from, "--from");
-  last = o_.until.empty() ? r_.stages.size() - 1 : find(o_.until, "--until");
+  first = o_.from.empty() ? 0 : find(o_.from, "from");
+  last = o_.until.empty() ? r_.stages.size() - 1 : find(o_.until, "until");
   last_ = last;
-  PARE_CHECK(first <= last, "--from ", o_.from, " comes after --until ", o_.until);
+  if (first > last)
+    throw InputError(pare::detail::concat("from ", o_.from, " comes after until ", o_.until)).about("from").about("until");
   for (size_t i = 0; i < first; ++i) {
     const json st = read_json(path(r_.stages[i].dir + "/stage.json"));
-    PARE_CHECK(st.is_object() && st.value("status", "") == "done", "--from ", o_.from, ": the earlier stage '",
-               r_.stages[i].name, "' has not finished in ", o_.run_dir, "; run without --from first");
+    PARE_CHECK_OPTION(st.is_object() && st.value("status", "") == "done", "from", o_.from, ": the earlier stage '",
+                      r_.stages[i].name, "' has not finished in ", o_.run_dir, "; run the whole recipe first");
   }
 }
 
