@@ -9,15 +9,13 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "compress/qat.h"
 #include "core/data.h"
 #include "core/error.h"
 #include "core/file_util.h"
-#include "core/module.h"
 #include "core/onnx_io.h"
-#include "distill/distiller.h"
 #include "quantize/dynamic.h"
 #include "quantize/ptq.h"
-#include "quantize/qat.h"
 #include "quantize/weight_only.h"
 
 namespace pare::cli {
@@ -42,9 +40,9 @@ struct QuantizeOpts {
   distill::DistillLossOptions loss;
 };
 
-// --qat: prepare the fake-quant graph from the calibration, train it (distilling from the
-// teachers when given, else on the labels), convert it to QDQ and write it with its report.
-void run_qat(QuantizeOpts& o, const core::Graph& g, const at::Tensor& calib_x, const std::string& norm,
+// --qat: compress::quantization_aware_training on the run's data (default: --calib), then rank 0
+// writes the QDQ model and its report.
+void run_qat(QuantizeOpts& o, core::Graph& g, const at::Tensor& calib_x, const std::string& norm,
              const quantize::PtqOptions& popts) {
   TrainingRun& run = o.run;
   if (run.data.empty()) run.data = o.calib;
@@ -53,46 +51,40 @@ void run_qat(QuantizeOpts& o, const core::Graph& g, const at::Tensor& calib_x, c
   run.json = o.json;
   run.threads = o.threads;
   run.trainer.batch_size(o.batch_size).seed(o.seed);
-  train::TrainerOptions topts = run.start();
-  quantize::QatModel m =
-      quantize::prepare_qat(g, calib_x, quantize::QatOptions().ptq(popts).learn_scales(o.learn_scales));
-  core::Graph fq = m.graph;
+  compress::QatRunOptions qopts;
+  qopts.trainer = run.start();
+  qopts.qat.ptq(popts).learn_scales(o.learn_scales);
   core::TensorDataset train, val;
-  const core::TensorDataset* val_ptr = run.load_data(train, val, fq, topts);
-  core::Module student(std::move(fq));
-  const bool talk = !o.quiet && topts.is_writer();
-  distill::TeacherSource source{o.teachers, {}, o.loss, nullptr};
+  const core::TensorDataset* val_ptr = run.load_data(train, val, g, qopts.trainer);
+  const bool talk = !o.quiet && qopts.trainer.is_writer();
+  qopts.teachers = distill::TeacherSource{o.teachers, {}, o.loss, nullptr};
   if (talk && !o.teachers.empty())
-    source.on_start = [&](const distill::Teacher& t, const distill::DistillLossOptions& l) {
+    qopts.teachers.on_start = [&](const distill::Teacher& t, const distill::DistillLossOptions& l) {
       std::fprintf(stderr, "quantization-aware training of %s on %s, distilling from %s: T=%g alpha=%g\n",
                    o.model.c_str(), train.name.c_str(), t.describe().c_str(), l.temperature_, l.alpha_);
     };
   else if (talk)
     std::fprintf(stderr, "quantization-aware training of %s on %s (cross entropy, no teacher)\n", o.model.c_str(),
                  train.name.c_str());
-  const std::vector<train::EpochStats> history = distill::fine_tune(student, source, topts, train, val_ptr);
-  if (!topts.is_writer()) return;  // rank 0 converts and writes
-  quantize::PtqResult r = quantize::convert_qat(m, student.to_graph(), calib_x);
-  if (!norm.empty()) r.graph.metadata["pare.normalize"] = norm;
-  nlohmann::json qat = {{"epochs", history.size()},
-                        {"train_loss", history.empty() ? 0.0 : history.back().train_loss},
+  compress::QatRunResult r = compress::quantization_aware_training(g, calib_x, train, val_ptr, qopts);
+  if (!qopts.trainer.is_writer()) return;  // rank 0 writes
+  if (!norm.empty()) r.quantized.graph.metadata["pare.normalize"] = norm;
+  nlohmann::json qat = {{"epochs", r.history.size()},
+                        {"train_loss", r.history.empty() ? 0.0 : r.history.back().train_loss},
                         {"teachers", o.teachers},
                         {"learn_scales", o.learn_scales}};
   if (val_ptr) {
-    // The written QDQ graph on the validation split: the same numbers as the fake-quant graph.
-    core::Module qdq(r.graph);
-    const double acc = train::evaluate(qdq, *val_ptr).accuracy;
-    qat["fake_quant_accuracy"] = history.empty() ? -1.0 : history.back().val_accuracy;
-    qat["accuracy"] = acc;
+    qat["fake_quant_accuracy"] = r.history.empty() ? -1.0 : r.history.back().val_accuracy;
+    qat["accuracy"] = r.accuracy;
     if (!o.quiet)
-      std::fprintf(stderr, "%s accuracy of the QDQ model: %.2f%%\n", run.val_split.c_str(), acc * 100);
+      std::fprintf(stderr, "%s accuracy of the QDQ model: %.2f%%\n", run.val_split.c_str(), r.accuracy * 100);
   }
-  core::save_onnx(r.graph, o.out);
-  nlohmann::json j = nlohmann::json::parse(r.report.to_json(-1));
+  core::save_onnx(r.quantized.graph, o.out);
+  nlohmann::json j = nlohmann::json::parse(r.quantized.report.to_json(-1));
   j["qat"] = qat;
   if (!o.report.empty()) write_file_atomic(o.report, j.dump(2) + "\n");
   if (o.json) std::cout << j.dump() << "\n";
-  else std::cout << r.report.to_text();
+  else std::cout << r.quantized.report.to_text();
   if (!o.quiet) std::fprintf(stderr, "wrote %s\n", o.out.c_str());
 }
 

@@ -11,6 +11,8 @@ The rules (who may include whom):
   engine/          engine, core, dist, and for the pare_rt engine export/rt_bridge.h and pare_rt's
                    public API rt/rt.h
   distill/         distill, core, dist, train, engine
+  compress/        compress, core, dist, train, engine, distill, prune, quantize (the compressions that
+                   train: pruning with recovery, quantization-aware training)
   prune/           prune, core
   quantize/        quantize, core
   export/          export, core, and pare_rt's public API rt/rt.h (the writers check what pare_rt loads)
@@ -26,7 +28,7 @@ import re
 import sys
 import tempfile
 
-MODULES = ["core", "dist", "train", "engine", "distill", "prune", "quantize", "export", "rt", "federated", "pipeline",
+MODULES = ["core", "dist", "train", "engine", "distill", "compress", "prune", "quantize", "export", "rt", "federated", "pipeline",
            "cli"]
 TORCH_FREE_BASE = {"core/onnx_reader.h", "core/onnx_reader.cpp", "core/error.h", "core/error.cpp",
                    "core/file_util.h", "core/file_util.cpp"}
@@ -36,6 +38,7 @@ ALLOWED = {
     "train": {"train", "core", "dist"},
     "engine": {"engine", "core", "dist", "export/rt_bridge.h", "rt/rt.h"},
     "distill": {"distill", "core", "dist", "train", "engine"},
+    "compress": {"compress", "core", "dist", "train", "engine", "distill", "prune", "quantize"},
     "prune": {"prune", "core"},
     "quantize": {"quantize", "core"},
     "export": {"export", "core", "rt/rt.h"},

@@ -16,7 +16,7 @@ make_npy_data "$work" 256
 data="npy:$work/x.npy,$work/y.npy" bin=$work/build
 expect_exit 0 "test accuracy" -- "$bin/train_example" lenet5 "$data" "$work/t.onnx" 1
 expect_exit 0 "student accuracy" -- "$bin/distill_example" "$work/t.onnx" "$data" "$work/s.onnx" 1
-expect_exit 0 "parameters [0-9]+ -> [0-9]+" -- "$bin/prune_example" "$work/t.onnx" "$work/p.onnx" 0.5
+expect_exit 0 "parameters [0-9]+ -> [0-9]+, accuracy .* recovered" -- "$bin/prune_example" "$work/t.onnx" "$data" "$work/p.onnx" 0.5
 expect_exit 0 "SQNR" -- "$bin/quantize_example" "$work/p.onnx" "$data" "$work/q.onnx"
 expect_exit 0 "QuantizeLinear" -- "$PARE" inspect "$work/q.onnx"
 expect_exit 0 "bytes" -- "$bin/export_example" "$work/q.onnx" "$work/e.onnx" rt
