@@ -9,9 +9,9 @@ include(CMakePackageConfigHelpers)
 set_target_properties(pare PROPERTIES EXPORT_NAME pare_cli
                       INSTALL_RPATH "$ORIGIN/../${CMAKE_INSTALL_LIBDIR};${TORCH_INSTALL_PREFIX}/lib")
 install(TARGETS pare EXPORT pareTargets RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-set(_libs pare_base pare_core pare_train pare_engine pare_distill pare_compression pare_dist pare_prune pare_quantize pare_export
+set(_libs pare_base pare_core pare_train pare_engine pare_lm pare_distill pare_compression pare_dist pare_prune pare_quantize pare_export
     pare_pipeline pare_commands pare_deps)
-set(_dirs core train engine distill compress dist prune quantize export pipeline)
+set(_dirs core train engine lm distill compress dist prune quantize export pipeline)
 if(PARE_FEDERATED)
   list(APPEND _libs pare_federated pare_federated_wire)
   list(APPEND _dirs federated)
