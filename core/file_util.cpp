@@ -4,6 +4,7 @@
 #include <stdio.h>  // renameat2
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -153,6 +154,33 @@ void make_dirs(const std::string& dir) {
       throw Error("cannot create the folder '" + part + "': " + std::strerror(errno));
     if (at == std::string::npos) return;
   }
+}
+
+std::shared_ptr<MappedFile> MappedFile::open(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  PARE_CHECK(fd >= 0, "cannot open '", path, "': ", std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw InputError("'" + path + "' is not a regular file");
+  }
+  std::shared_ptr<MappedFile> m(new MappedFile);
+  m->path_ = path;
+  m->size_ = static_cast<int64_t>(st.st_size);
+  if (m->size_ > 0) {
+    void* p = ::mmap(nullptr, static_cast<size_t>(m->size_), PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+    const int err = errno;
+    ::close(fd);
+    PARE_CHECK(p != MAP_FAILED, "cannot map '", path, "' (", m->size_, " bytes): ", std::strerror(err));
+    m->data_ = static_cast<uint8_t*>(p);
+  } else {
+    ::close(fd);
+  }
+  return m;
+}
+
+MappedFile::~MappedFile() {
+  if (data_) ::munmap(data_, static_cast<size_t>(size_));
 }
 
 }  // namespace pare

@@ -3,7 +3,9 @@
 // interrupted run or a full disk leaves the previous artifact intact, never half of one.
 #pragma once
 
+#include <cstdint>
 #include <functional>
+#include <memory>
 #include <ostream>
 #include <string>
 #include <string_view>
@@ -37,6 +39,29 @@ void remove_dir(const std::string& dir);
 
 /// Creates `dir` and its missing parents (mkdir -p). Throws Error naming the part it cannot create.
 void make_dirs(const std::string& dir);
+
+/// A whole file mapped into memory, copy-on-write: pages are read from the file when first
+/// touched and shared with the page cache, so a model's weights cost no copy; a write to the
+/// mapping (training a mapped weight in place) makes a private page and never reaches the file.
+/// Tensors that view the mapping hold a shared_ptr to it.
+class MappedFile {
+ public:
+  /// Maps `path`. Throws InputError naming it when it is missing or unreadable.
+  static std::shared_ptr<MappedFile> open(const std::string& path);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  uint8_t* data() const { return data_; }
+  int64_t size() const { return size_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  MappedFile() = default;
+  std::string path_;
+  uint8_t* data_ = nullptr;
+  int64_t size_ = 0;
+};
 
 /// Directory part of `path` ("." when there is none).
 std::string dir_name(const std::string& path);

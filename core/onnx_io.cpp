@@ -427,7 +427,33 @@ void save_onnx(const Graph& g, const std::string& path, const OnnxSaveOptions& o
   write_file_atomic(path, bytes);
 }
 
+namespace {
+
+struct ModelSource {
+  std::string prefix;
+  ModelLoader load;
+  std::function<bool(const std::string&)> claims;
+};
+
+std::vector<ModelSource>& model_sources() {
+  static std::vector<ModelSource> sources;
+  return sources;
+}
+
+}  // namespace
+
+void register_model_source(const std::string& prefix, ModelLoader load,
+                           std::function<bool(const std::string& path)> claims) {
+  for (const ModelSource& s : model_sources())
+    if (s.prefix == prefix) return;
+  model_sources().push_back({prefix, std::move(load), std::move(claims)});
+}
+
 Graph load_model(const std::string& path_or_spec, uint64_t seed) {
+  for (const ModelSource& s : model_sources()) {
+    if (path_or_spec.rfind(s.prefix + ":", 0) == 0) return s.load(path_or_spec.substr(s.prefix.size() + 1), seed);
+    if (s.claims && s.claims(path_or_spec)) return s.load(path_or_spec, seed);
+  }
   if (is_zoo_spec(path_or_spec)) return build_zoo_model(path_or_spec, seed);
   if (file_exists(path_or_spec)) return load_onnx(path_or_spec);
   std::string known;

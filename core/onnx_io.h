@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <set>
 #include <string>
 #include <vector>
@@ -99,8 +100,17 @@ std::string serialize_onnx(const Graph& g, bool check = true);
 /// `opts.sparse_` as sparse_initializer (external data options do not apply: all stays inline).
 std::string serialize_onnx(const Graph& g, const OnnxSaveOptions& opts);
 
-/// A model from a zoo spec ("mlp:784-300-100-10", "cnn", ...; weights seeded with `seed`) or an
-/// ONNX file. Throws InputError when it is neither, listing the zoo models.
+/// A model from a zoo spec ("mlp:784-300-100-10", "cnn", ...; weights seeded with `seed`), a
+/// source registered with register_model_source ("hf:DIR", "gguf:FILE" once lm/ registered them),
+/// or an ONNX file. Throws InputError when it is none of these, listing the zoo models.
 Graph load_model(const std::string& path_or_spec, uint64_t seed = 0);
+
+/// Loads models of a kind that a module above core knows (lm/'s language models): a spec
+/// "PREFIX:REST" goes to `load(REST, seed)`, and so does a path for which `claims(path)` is true
+/// (a folder holding config.json is a Hugging Face checkpoint). Registering a prefix twice keeps
+/// the first. lm::register_model_sources() registers "hf" and "gguf".
+using ModelLoader = std::function<Graph(const std::string& rest, uint64_t seed)>;
+void register_model_source(const std::string& prefix, ModelLoader load,
+                           std::function<bool(const std::string& path)> claims = nullptr);
 
 }  // namespace pare::core

@@ -62,6 +62,9 @@ class Source {
   virtual int64_t size() const = 0;
   /// Reads `n` bytes at `offset`; the caller has checked the range against size().
   virtual void read(int64_t offset, void* dst, int64_t n) = 0;
+  /// A tensor viewing the bytes at `offset` without a copy, or an undefined tensor when the
+  /// source cannot lend them (then the caller reads a copy).
+  virtual at::Tensor view(int64_t, const std::vector<int64_t>&, at::ScalarType) { return {}; }
 };
 
 class InFile : public Source {
@@ -84,6 +87,26 @@ class InFile : public Source {
   std::string path_;
   std::ifstream in_;
   int64_t size_ = 0;
+};
+
+// A file mapped into memory (MappedFile): its tensors view the mapping, which they keep alive.
+class InMapped : public Source {
+ public:
+  explicit InMapped(const std::string& path) : map_(MappedFile::open(path)) {}
+  int64_t size() const override { return map_->size(); }
+  void read(int64_t offset, void* dst, int64_t n) override {
+    if (n > 0) std::memcpy(dst, map_->data() + offset, static_cast<size_t>(n));
+  }
+  at::Tensor view(int64_t offset, const std::vector<int64_t>& shape, at::ScalarType type) override {
+    // Empty tensors and misaligned data (a header padded to a length that is not a multiple of
+    // the element size) are copied instead.
+    if (reinterpret_cast<uintptr_t>(map_->data() + offset) % c10::elementSize(type) != 0 || map_->size() == 0) return {};
+    std::shared_ptr<MappedFile> keep = map_;
+    return at::from_blob(map_->data() + offset, shape, [keep](void*) {}, at::TensorOptions().dtype(type));
+  }
+
+ private:
+  std::shared_ptr<MappedFile> map_;
 };
 
 class InMemory : public Source {
@@ -422,8 +445,11 @@ std::map<std::string, at::Tensor> read_safetensors(const std::string& path, Sour
 
   std::map<std::string, at::Tensor> out;
   for (const auto& e : entries) {
-    at::Tensor t = at::empty(e.shape, at::TensorOptions().dtype(e.type));
-    f.read(data_start + e.begin, t.data_ptr(), e.end - e.begin);
+    at::Tensor t = e.end > e.begin ? f.view(data_start + e.begin, e.shape, e.type) : at::Tensor();
+    if (!t.defined()) {
+      t = at::empty(e.shape, at::TensorOptions().dtype(e.type));
+      f.read(data_start + e.begin, t.data_ptr(), e.end - e.begin);
+    }
     out[e.name] = t;
   }
   return out;
@@ -473,7 +499,9 @@ std::map<std::string, at::Tensor> read_safetensors_index(const std::string& path
   std::map<std::string, at::Tensor> out;
   for (const auto& [shard, names] : by_shard) {
     const std::string shard_path = join_path(dir, shard);
-    InFile f(shard_path);
+    PARE_CHECK(file_exists(shard_path), "'", path, "' maps ", names.size(), " tensor(s) such as '", names.front(),
+               "' to shard '", shard, "', which does not exist");
+    InMapped f(shard_path);
     auto tensors = read_safetensors(shard_path, f, nullptr);
     for (const auto& name : names) {
       auto it = tensors.find(name);
@@ -560,7 +588,7 @@ void save_npy(const at::Tensor& src, const std::string& path) {
 std::map<std::string, at::Tensor> load_safetensors(const std::string& path,
                                                    std::map<std::string, std::string>* metadata) {
   if (ends_with(path, ".index.json")) return read_safetensors_index(path, metadata);
-  InFile f(path);
+  InMapped f(path);
   return read_safetensors(path, f, metadata);
 }
 

@@ -20,7 +20,8 @@ at::Tensor load_npy(const std::string& path);
 void save_npy(const at::Tensor& t, const std::string& path);
 
 /// Tensors of a safetensors file by name (dtypes F32 F16 BF16 F64 I8 U8 I16 I32 I64 BOOL; CPU,
-/// contiguous), plus its "__metadata__" in `metadata` if given.
+/// contiguous), plus its "__metadata__" in `metadata` if given. The tensors view the file's
+/// mapping (MappedFile, copy-on-write), so loading an N-GB checkpoint copies none of it.
 /// `path` may also be a model.safetensors.index.json: every shard it lists is read (relative to
 /// the index's folder) and `metadata` gets the index's "metadata" (non-strings as JSON text).
 /// Throws InputError naming the file (and tensor) when the header is malformed or lies about
