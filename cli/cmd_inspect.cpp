@@ -6,6 +6,7 @@
 #include "core/dtype.h"
 #include "core/summary.h"
 #include "core/tensor_io.h"
+#include "lm/model.h"
 
 namespace pare::cli {
 
@@ -39,12 +40,17 @@ void add_inspect(CLI::App& app, Action& action) {
   auto* cmd = app.add_subcommand("inspect", "Show a model's inputs, outputs, size, FLOPs, ops and layers");
   auto model = std::make_shared<std::string>();
   auto json = std::make_shared<bool>(false);
-  cmd->add_option("model", *model, "ONNX file, zoo spec (mlp:784-300-100-10, cnn, ...) or .safetensors checkpoint")->required();
+  cmd->add_option("model", *model, "ONNX file, zoo spec (mlp:784-300-100-10, cnn, ...), .safetensors checkpoint, or language model (hf:DIR)")->required();
   cmd->add_flag("--json", *json, "Print the summary as JSON");
   cmd->callback([&action, model, json] {
     action = [model, json] {
       if (ends_with(*model, ".safetensors") || ends_with(*model, ".safetensors.index.json"))
         return inspect_safetensors(*model, *json);
+      if (lm::is_lm_spec(*model)) {
+        const nlohmann::json s = lm::summarize(lm::load_lm(*model));
+        std::cout << (*json ? s.dump(2) + "\n" : lm::summary_text(s));
+        return;
+      }
       auto s = core::summarize_model(*model);
       if (*json) std::cout << core::to_json(s).dump(2) << "\n";
       else std::cout << core::to_text(s);

@@ -36,6 +36,7 @@ void add_commands(CLI::App& app, Action& action) {
   add_teacher_cache(app, action);
   add_prune(app, action);
   add_eval(app, action);
+  add_generate(app, action);
   add_quantize(app, action);
   add_bench(app, action);
   add_export(app, action);

@@ -21,6 +21,7 @@
 #include "core/file_util.h"
 #include "core/torch_compat.h"
 #include "dist/world.h"
+#include "lm/model.h"
 
 namespace {
 
@@ -117,6 +118,7 @@ bool check_command(const CLI::App& app, int argc, char** argv) {
 
 int main(int argc, char** argv) {
   tune_malloc();
+  pare::lm::register_model_sources();  // hf:DIR (and gguf:FILE) wherever a model is taken
   CLI::App app{"pare: make big models small and fast (distill, prune, quantize, export)"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("pare ") + PARE_VERSION + " (libtorch " +

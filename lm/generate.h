@@ -1,0 +1,58 @@
+// Decoding with a KV cache: the prompt runs once (prefill), then one token per step, each step
+// feeding back the layers' present keys and values as the next step's past. Greedy at temperature
+// 0; otherwise sampling with temperature, top-k and top-p as transformers' generate() applies them.
+//
+//   lm::LmModel m = lm::load_lm("hf:ckpt", lm::BuildOptions{true});
+//   lm::Generator gen(m.graph);
+//   gen.generate(prompt_ids, lm::SamplingOptions{}, [](int64_t id) { print(id); return true; });
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "core/graph.h"
+#include "core/module.h"
+
+namespace pare::lm {
+
+struct SamplingOptions {
+  int64_t max_new_tokens = 64;
+  double temperature = 1.0;   ///< 0: greedy
+  int64_t top_k = 0;          ///< 0: no top-k filter
+  double top_p = 1.0;         ///< 1: no nucleus filter
+  uint64_t seed = 0;
+  std::vector<int64_t> stop;  ///< token ids that end the generation (EOS); the stop token is reported
+
+  /// Throws InputError naming the option when a value is out of range.
+  void validate() const;
+};
+
+struct GenerateStats {
+  int64_t prompt_tokens = 0, new_tokens = 0;
+  double prefill_seconds = 0, decode_seconds = 0;  ///< decode: every step after the first token
+  double decode_tokens_per_second() const;
+};
+
+class Generator {
+ public:
+  /// `kv_graph` is a language model built with BuildOptions::kv_cache.
+  explicit Generator(core::Graph kv_graph);
+
+  /// Decodes after `prompt` (batch 1). `on_token` gets each new token as it is chosen and may
+  /// return false to stop.
+  GenerateStats generate(const std::vector<int64_t>& prompt, const SamplingOptions& opts,
+                         const std::function<bool(int64_t)>& on_token);
+
+  /// The next-token choice on logits [vocab]: argmax at temperature 0, else a draw after the
+  /// temperature, top-k and top-p filters.
+  static int64_t choose(const at::Tensor& logits, const SamplingOptions& opts, at::Generator& rng);
+
+ private:
+  core::Module module_;
+  int64_t layers_ = 0;
+  std::vector<int64_t> cache_shape_;  ///< [1, kv_heads, 0, head_dim]
+  at::ScalarType cache_type_ = at::kFloat;
+};
+
+}  // namespace pare::lm

@@ -1,0 +1,42 @@
+// A language model in pare: its config (lm/arch.h), its graph (lm/builder.h) and its tokenizer,
+// from any source: a Hugging Face checkpoint folder ("hf:DIR", or a folder holding config.json).
+//
+//   lm::LmModel m = lm::load_lm("hf:ckpt");                        // input_ids -> logits
+//   lm::LmModel g = lm::load_lm("hf:ckpt", lm::BuildOptions{true});  // with the KV cache
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "core/graph.h"
+#include "lm/arch.h"
+#include "lm/builder.h"
+
+namespace pare::lm {
+
+struct LmModel {
+  LmConfig config;
+  core::Graph graph;
+  std::string tokenizer;  ///< path of tokenizer.json, "" when the source has none
+};
+
+/// True when `spec` names a language model source ("hf:..." or a folder holding config.json).
+bool is_lm_spec(const std::string& spec);
+
+/// Loads the language model `spec` names. Throws InputError naming the source when it is none.
+LmModel load_lm(const std::string& spec, const BuildOptions& opts = {});
+
+/// What `pare inspect` shows of a language model: architecture, dimensions, vocabulary,
+/// parameters and bytes per block (embedding, each layer's attention / MLP / norms, final norm,
+/// head), and the tokenizer.
+nlohmann::json summarize(const LmModel& m);
+/// summarize() as text.
+std::string summary_text(const nlohmann::json& s);
+
+/// Registers "hf:DIR" (and any folder holding config.json) with core::load_model, so that every
+/// command taking a model takes a language model. The pare executable calls it at start; a
+/// program using core::load_model on such specs calls it once too.
+void register_model_sources();
+
+}  // namespace pare::lm
