@@ -524,8 +524,8 @@ void GgufFile::parse() {
     PARE_CHECK(t.offset % alignment_ == 0, "GGUF file '", path_, "': tensor '", t.name, "' has offset ", t.offset,
                ", not a multiple of the alignment ", alignment_);
     PARE_CHECK(t.offset <= data_size && t.nbytes <= data_size - t.offset, "GGUF file '", path_, "': tensor '", t.name,
-               "' (", t.nbytes, " bytes at data offset ", t.offset, ") ends past the end of the file (the data section holds ",
-               data_size, " bytes)");
+               "' (", t.nbytes, " bytes at data offset ", t.offset,
+               ") ends past the end of the file (the data section holds ", data_size, " bytes)");
   }
 }
 

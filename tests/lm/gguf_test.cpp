@@ -89,7 +89,9 @@ class Builder {
   uint32_t alignment_ = 32;
 };
 
-std::string f32_bytes(const std::vector<float>& v) { return std::string(reinterpret_cast<const char*>(v.data()), v.size() * 4); }
+std::string f32_bytes(const std::vector<float>& v) {
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * 4);
+}
 std::string u16(uint16_t v) { return std::string(reinterpret_cast<const char*>(&v), 2); }
 constexpr uint16_t kHalfHalf = 0x3800, kHalfTwo = 0x4000, kHalfMinusOne = 0xbc00;
 
@@ -236,7 +238,8 @@ TEST(Gguf, Q4KUsesSixBitScalesAndMins) {
 TEST(Gguf, TensorsOutliveTheFileAndMayBeWrittenWithoutChangingIt) {
   TempDir dir;
   const std::string path = dir.file("m.gguf");
-  const std::string bytes = Builder().str("general.architecture", "llama").tensor("w", {2}, 0, f32_bytes({1.f, 2.f})).build();
+  const std::string bytes =
+      Builder().str("general.architecture", "llama").tensor("w", {2}, 0, f32_bytes({1.f, 2.f})).build();
   pare::testing::write_bytes(path, bytes);
   at::Tensor w;
   {
@@ -361,6 +364,23 @@ TEST(Gguf, RefusesFilesThatAreNotThere) {
   expect_input_error([&] { GgufFile{dir.path()}; }, {"not a regular file"});
   pare::testing::write_bytes(dir.file("short.gguf"), "GGUF");
   expect_input_error([&] { GgufFile(dir.file("short.gguf")); }, {"short.gguf", "truncated"});
+}
+
+// The fuzzer's seeds (written by gguf-py's GGUFWriter) open and dequantize: a seed that pare
+// refused would leave the fuzzer only the refusals to explore.
+TEST(Gguf, ReadsTheFuzzSeeds) {
+  const std::string dir = std::string(PARE_SOURCE_DIR) + "/tests/fuzz/corpus/gguf/";
+  for (const char* name : {"metadata.gguf", "tensors.gguf", "align64_v2.gguf"}) {
+    SCOPED_TRACE(name);
+    const GgufFile f(dir + name);
+    EXPECT_EQ(f.get_string("general.architecture"), "llama");
+    for (const auto& info : f.tensors()) EXPECT_EQ(f.tensor(info.name).numel(), info.numel()) << info.name;
+  }
+  const GgufFile v2(dir + "align64_v2.gguf");
+  EXPECT_EQ(v2.version(), 2u);
+  EXPECT_EQ(v2.alignment(), 64u);
+  EXPECT_EQ(GgufFile(dir + "tensors.gguf").tensors().size(), 13u);
+  EXPECT_EQ(GgufFile(dir + "metadata.gguf").get_ints("a.u64s"), (std::vector<int64_t>{1, 2}));
 }
 
 // ---- peer check, driven by tests/peer/gguf_peer_test.sh --------------------------------------------
