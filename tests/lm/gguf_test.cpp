@@ -267,6 +267,16 @@ TEST(Gguf, ReadsVersion2AndAnAlignmentOf64) {
   EXPECT_EQ(f.tensor("b").item<float>(), 2.f);
 }
 
+TEST(Gguf, CopiesF32TensorsThatAreNotFourByteAligned) {
+  // With an alignment of 1, offsets 1 and 2 cannot both be 4-byte aligned in memory.
+  std::string data = std::string(1, '\0') + f32_bytes({1.5f}) + std::string(1, '\0');
+  const GgufFile f = parse(Builder().alignment(1).tensor("a", {1}, 0, data, 1).tensor("b", {1}, 0, "", 2).build());
+  EXPECT_EQ(f.tensor("a").item<float>(), 1.5f);
+  float b;
+  std::memcpy(&b, f.raw("b").data_ptr(), 4);
+  EXPECT_TRUE(pare::testing::bitwise_equal(f.tensor("b"), at::full({1}, b)));
+}
+
 TEST(Gguf, RefusesBadHeaders) {
   const std::string good = Builder().str("k", "v").build();
   std::string bad = good;
