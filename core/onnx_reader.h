@@ -32,7 +32,7 @@ namespace pare::reader {
 /// than the default, ai.onnx.ml, com.microsoft (MatMulNBits) and pare's own (pare: FakeQuantize;
 /// pare.*: extensions). Tensors and
 /// declared shapes have at most kMaxRank dimensions, each at most kMaxDim.
-constexpr int64_t kMinOpset = 6, kMaxOpset = 21;
+constexpr int64_t kMinOpset = 6, kMaxOpset = 23;
 constexpr size_t kMaxRank = 32;
 constexpr int64_t kMaxDim = int64_t{1} << 40;
 /// The domains a model may import, for messages.

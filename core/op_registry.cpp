@@ -98,6 +98,7 @@ void register_core_ops(OpRegistry& reg) {
   register_index_ops(reg);
   register_resize_ops(reg);
   register_rnn_ops(reg);
+  register_transformer_ops(reg);
 }
 
 std::vector<int64_t> to_int_vector(const at::Tensor& t) {

@@ -125,6 +125,9 @@ struct OpDef {
   std::vector<WeightInput> weights;
   std::string doc;                        ///< one line for `pare ops` and errors
   OpTraits traits;                        ///< elementwise, reduction, pooling, opaque channels
+  /// The first default-domain opset with this op's meaning (0: older than any pare reads); a model
+  /// that uses it is written with at least this opset.
+  int64_t since_opset = 0;
 
   /// The declaration of input `input`, or nullptr when it is no weight.
   const WeightInput* weight(int input) const;

@@ -18,6 +18,7 @@ namespace {
 using ops::flops_per_input;
 using ops::flops_per_output;
 using ops::has_input;
+using ops::wants_output;
 using ops::numel;
 using ops::spec_float;
 using ops::spec_int;
@@ -36,7 +37,6 @@ Tensors fit_outputs(const Node& n, Tensors out) {
   return out;
 }
 
-bool wants_output(const Node& n, size_t i) { return i < n.outputs.size() && !n.outputs[i].empty(); }
 
 // ---- Conv / ConvTranspose -----------------------------------------------------------------
 

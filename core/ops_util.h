@@ -21,6 +21,7 @@ namespace pare::core {
 void register_index_ops(OpRegistry& reg);   // core/ops_index.cpp
 void register_resize_ops(OpRegistry& reg);  // core/ops_resize.cpp
 void register_rnn_ops(OpRegistry& reg);     // core/ops_rnn.cpp
+void register_transformer_ops(OpRegistry& reg);  // core/ops_transformer.cpp
 
 }  // namespace pare::core
 
@@ -49,6 +50,9 @@ inline OpDef op_def(std::string name, int inputs_min, int inputs_max, std::strin
 inline bool has_input(const std::vector<at::Tensor>& in, size_t i) {
   return i < in.size() && in[i].defined();
 }
+
+/// True when the node asks for output `i` (it exists and is not "").
+inline bool wants_output(const Node& n, size_t i) { return i < n.outputs.size() && !n.outputs[i].empty(); }
 
 /// Product of a shape's dims (1 for a scalar).
 inline int64_t numel(const std::vector<int64_t>& s) {

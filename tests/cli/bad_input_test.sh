@@ -46,9 +46,9 @@ def rank33(m):
 variant("rank33", rank33)
 PYEOF
 for engine in torch rt; do
-  expect_exit 2 "opset99.onnx.*imports opset 99 of the default ONNX domain; pare implements opsets 6 to 21" -- \
+  expect_exit 2 "opset99.onnx.*imports opset 99 of the default ONNX domain; pare implements opsets 6 to 23" -- \
     "$PARE" run "$work/opset99.onnx" --engine $engine --input "$work/x.npy" --output "$work/o0.npy"
-  expect_exit 2 "opset5.onnx.*opset 5 .*opsets 6 to 21" -- \
+  expect_exit 2 "opset5.onnx.*opset 5 .*opsets 6 to 23" -- \
     "$PARE" run "$work/opset5.onnx" --engine $engine --input "$work/x.npy" --output "$work/o0.npy"
   expect_exit 2 "domain.onnx.*domain 'com.example.secret', which pare does not implement" -- \
     "$PARE" run "$work/domain.onnx" --engine $engine --input "$work/x.npy" --output "$work/o0.npy"

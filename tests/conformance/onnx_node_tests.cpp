@@ -15,7 +15,9 @@
 // message, but for a listing of the same outcome whose reason starts with '[' (written by hand,
 // such as "[random] ..."), which is kept.
 //
-//   onnx_node_tests [--data DIR] [--engine torch|rt] [--expected FILE] [--update] [--only SUBSTRING] [-v]
+//   onnx_node_tests [--data DIR] [--engine torch|rt] [--expected FILE] [--update] [--only SUBSTRING]... [-v]
+// --only, given one or more times, runs the tests whose names hold one of the substrings (the
+// PyPI onnx package's newer node tests of the transformer ops run this way: tests/CMakeLists.txt).
 // Prints the outcome of every test that differs from its listing, the counts, and per op family
 // (the first node's op type) the counts of each outcome.
 #include <dirent.h>
@@ -197,9 +199,9 @@ std::map<std::string, Listing> read_expected(const std::string& path) {
 }
 
 void write_expected(const std::string& path, const std::map<std::string, Outcome>& results,
-                    const std::map<std::string, Listing>& before, const std::string& engine) {
+                    const std::map<std::string, Listing>& before, const std::string& engine, const std::string& data) {
   std::ostringstream s;
-  s << "# ONNX 1.12 node tests (libonnx-testdata) that " << (engine == "rt" ? "pare_rt (--engine rt)" : "pare's interpreter")
+  s << "# ONNX node tests (" << data << ") that " << (engine == "rt" ? "pare_rt (--engine rt)" : "pare's interpreter")
     << " does not pass, with the outcome\n"
        "# and the reason: tests/conformance/onnx_node_tests.cpp. Written by `onnx_node_tests --update`,\n"
        "# which keeps the reasons written by hand (those starting with '[').\n";
@@ -215,19 +217,20 @@ void write_expected(const std::string& path, const std::map<std::string, Outcome
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string data = "/usr/include/onnx/backend/test/data/node", expected, only, engine = "torch";
+  std::string data = "/usr/include/onnx/backend/test/data/node", expected, engine = "torch";
+  std::vector<std::string> only;
   bool update = false, verbose = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--data" && i + 1 < argc) data = argv[++i];
     else if (a == "--expected" && i + 1 < argc) expected = argv[++i];
-    else if (a == "--only" && i + 1 < argc) only = argv[++i];
+    else if (a == "--only" && i + 1 < argc) only.push_back(argv[++i]);
     else if (a == "--engine" && i + 1 < argc) engine = argv[++i];
     else if (a == "--update") update = true;
     else if (a == "-v") verbose = true;
     else {
       std::fprintf(stderr, "usage: onnx_node_tests [--data DIR] [--engine torch|rt] [--expected FILE] [--update] "
-                           "[--only SUBSTRING] [-v]\n");
+                           "[--only SUBSTRING]... [-v]\n");
       return 2;
     }
   }
@@ -246,7 +249,8 @@ int main(int argc, char** argv) {
     std::map<std::string, int> totals;
     int unexpected = 0;
     for (const auto& t : tests) {
-      if (!only.empty() && t.find(only) == std::string::npos) continue;
+      if (!only.empty() && std::none_of(only.begin(), only.end(), [&](const std::string& o) { return t.find(o) != std::string::npos; }))
+        continue;
       const std::string dir = pare::join_path(data, t);
       const Outcome o = run_test(dir, engine);
       results[t] = o;
@@ -284,7 +288,7 @@ int main(int argc, char** argv) {
     const int runnable = all - totals["not-runnable"];
     std::printf(" %.1f%% of the %d runnable ones pass\n", runnable ? 100.0 * totals["pass"] / runnable : 0.0, runnable);
     if (update) {
-      write_expected(expected, results, listed, engine);
+      write_expected(expected, results, listed, engine, data);
       std::printf("wrote %s\n", expected.c_str());
       return 0;
     }

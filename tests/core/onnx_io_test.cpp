@@ -577,7 +577,7 @@ TEST(OnnxIo, OpsetsOutsideWhatPareImplementsAreRefusedNamingTheRange) {
     onnx::ModelProto m = hand_model();
     m.mutable_opset_import(0)->set_version(v);
     pare::testing::expect_input_error([&] { parse_onnx(m.SerializeAsString(), "future.onnx"); },
-                                      {"'future.onnx'", "opset " + std::to_string(v), "opsets 6 to 21"});
+                                      {"'future.onnx'", "opset " + std::to_string(v), "opsets 6 to 23"});
   }
   // Opsets before 6 are read when every op means there what it means in pare (Relu only dropped
   // consumed_inputs), and refused naming the first op that does not (Add had `broadcast`).
@@ -587,7 +587,7 @@ TEST(OnnxIo, OpsetsOutsideWhatPareImplementsAreRefusedNamingTheRange) {
     EXPECT_EQ(parse_onnx(m.SerializeAsString(), "old.onnx").opset, v);
     m.mutable_graph()->mutable_node(0)->set_op_type("Add");
     pare::testing::expect_input_error([&] { parse_onnx(m.SerializeAsString(), "old.onnx"); },
-                                      {"'old.onnx'", "opset " + std::to_string(v), "opsets 6 to 21",
+                                      {"'old.onnx'", "opset " + std::to_string(v), "opsets 6 to 23",
                                        "older ones only for ops unchanged since", "Add is not"});
   }
   for (int64_t v : {reader::kMinOpset, reader::kMaxOpset}) {

@@ -618,6 +618,31 @@ void add_more_elementwise_cases(std::vector<OpCase>& v) {
   v.push_back(OpCase("PRelu", "PerChannelSlope", {randn({2, 3, 4, 5}), uni({3, 1, 1}, 0.1, 0.5)}).grad({0, 1}));
 }
 
+// RMSNormalization, RotaryEmbedding and Attention (core/ops_transformer.cpp), opset 23.
+void add_transformer_cases(std::vector<OpCase>& v) {
+  v.push_back(OpCase("RMSNormalization", "LastAxis", {randn({2, 3, 8}), uni({8}, 0.5, 1.5)}).opset(23).grad({0, 1}));
+  v.push_back(OpCase("RMSNormalization", "Axis1Epsilon", {randn({2, 3, 4}), uni({3, 4}, 0.5, 1.5)})
+                  .attrs({{"axis", int64_t{1}}, {"epsilon", 1e-3f}}).opset(23).grad({0, 1}));
+  // Caches of 8 positions; position_ids pick rows.
+  v.push_back(OpCase("RotaryEmbedding", "HalvesPositionIds",
+                     {randn({1, 2, 3, 4}), randn({8, 2}), randn({8, 2}), ints({1, 3}, 0, 8, at::kLong)})
+                  .opset(23).grad({0, 1, 2}));
+  v.push_back(OpCase("RotaryEmbedding", "Interleaved3DPartial",
+                     {randn({2, 3, 16}), randn({6, 2}), randn({6, 2}), ints({2, 3}, 0, 6, at::kLong)})
+                  .attrs({{"interleaved", int64_t{1}}, {"num_heads", int64_t{2}}, {"rotary_embedding_dim", int64_t{4}}})
+                  .opset(23).grad({0}));
+  // 4 query heads over 2 KV heads, 2 new tokens on a cache of 3, causal.
+  v.push_back(OpCase("Attention", "GqaCausalCache",
+                     {randn({1, 4, 2, 4}), randn({1, 2, 2, 4}), randn({1, 2, 2, 4}), omitted(), randn({1, 2, 3, 4}),
+                      randn({1, 2, 3, 4})})
+                  .attrs({{"is_causal", int64_t{1}}}).outputs(3).opset(23).grad({0, 1, 2, 4, 5}));
+  v.push_back(OpCase("Attention", "3DAdditiveMaskScaled", {randn({2, 3, 8}), randn({2, 5, 8}), randn({2, 5, 4}), randn({3, 5})})
+                  .attrs({{"q_num_heads", int64_t{2}}, {"kv_num_heads", int64_t{2}}, {"scale", 0.3f}}).opset(23).grad({0, 1, 2, 3}));
+  v.push_back(OpCase("Attention", "SoftcapScores", {randn({1, 2, 3, 4}, 2), randn({1, 2, 3, 4}, 2), randn({1, 2, 3, 4})})
+                  .attrs({{"softcap", 2.0f}, {"qk_matmul_output_mode", int64_t{2}}}).outputs(4).opset(23).grad({0, 1, 2})
+                  .tol(1e-5, 1e-4));
+}
+
 }  // namespace
 
 const char* family_name(Family f) {
@@ -654,6 +679,7 @@ std::vector<OpCase> all_cases() {
   section(Family::kNn, add_resize_cases);
   section(Family::kElementwise, add_more_elementwise_cases);
   section(Family::kNn, add_rnn_cases);
+  section(Family::kNn, add_transformer_cases);
   return all;
 }
 
