@@ -68,7 +68,15 @@ class Progress {
   Clock::time_point last_ = Clock::now() - std::chrono::seconds(1);
 };
 
-void check_logits(const at::Tensor& logits, const at::Tensor& y, const std::string& where) {
+// A language model's logits [N, T, vocab] with next-token labels [N, T] count token by token:
+// as logits [N T, vocab] and labels [N T].
+std::pair<at::Tensor, at::Tensor> per_token(const at::Tensor& logits, const at::Tensor& y) {
+  if (logits.dim() == 3 && y.dim() == 2) return {logits.reshape({-1, logits.size(2)}), y.reshape({-1})};
+  return {logits, y};
+}
+
+void check_logits(const at::Tensor& sequence_logits, const at::Tensor& labels, const std::string& where) {
+  const auto [logits, y] = per_token(sequence_logits, labels);
   PARE_CHECK(logits.dim() == 2 && logits.size(0) == y.size(0), where,
              ": the model must output logits [N, classes] for N labels; got ", logits.sizes(),
              " for ", y.size(0), " labels");
@@ -217,11 +225,12 @@ EvalResult evaluate(const std::function<at::Tensor(const at::Tensor&)>& logits_o
   int64_t correct = 0, n = 0;
   core::Batch b;
   while (loader.next(b)) {
-    at::Tensor logits = logits_of(b.x);
-    check_logits(logits, b.y, (who.empty() ? "" : who + " ") + "evaluating on '" + ds.name + "'");
-    loss_sum += at::cross_entropy_loss(logits, b.y, {}, at::Reduction::Sum).item<double>();
-    correct += logits.argmax(1).eq(b.y).sum().item<int64_t>();
-    n += b.y.size(0);
+    const at::Tensor out = logits_of(b.x);
+    check_logits(out, b.y, (who.empty() ? "" : who + " ") + "evaluating on '" + ds.name + "'");
+    const auto [logits, y] = per_token(out, b.y);
+    loss_sum += at::cross_entropy_loss(logits.to(at::kFloat), y, {}, at::Reduction::Sum).item<double>();
+    correct += logits.argmax(1).eq(y).sum().item<int64_t>();
+    n += y.size(0);
   }
   EvalResult r;
   r.samples = n;
@@ -247,7 +256,8 @@ Trainer::Trainer(core::Module& model, TrainerOptions opts) : model_(model), opts
   loss_fn_ = [](core::Module& m, const core::Batch& b) {
     StepOutput out;
     out.logits = m.forward({b.x})[0];
-    out.loss = at::cross_entropy_loss(out.logits.to(at::kFloat), b.y);  // fp32 under autocast too
+    const auto [logits, y] = per_token(out.logits, b.y);
+    out.loss = at::cross_entropy_loss(logits.to(at::kFloat), y);  // fp32 under autocast too
     return out;
   };
 }
@@ -487,11 +497,12 @@ void Trainer::train_epoch(Run& run, State& st, const core::TensorDataset& train)
           .about("lr");
     st.scaler.scaled(opts_.accumulate_ > 1 ? out.loss / static_cast<double>(opts_.accumulate_) : out.loss).backward();
     ++st.batch;
-    const int64_t n = b.y.size(0);
+    const auto [logits, y] = per_token(out.logits.detach(), b.y);
+    const int64_t n = y.size(0);  // samples, or tokens for a language model
     run.step_samples += n;
     st.samples += n;
     st.loss_sum += l * n;
-    st.correct += out.logits.detach().argmax(1).eq(b.y).sum().item<int64_t>();
+    st.correct += logits.argmax(1).eq(y).sum().item<int64_t>();
     for (auto& [k, v] : out.parts) st.part_sums[k] += v * n;
     if (st.batch % opts_.accumulate_ != 0 && st.batch != run.batches) continue;
 

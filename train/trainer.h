@@ -2,6 +2,9 @@
 // loss (cross entropy); distillation hands in its own loss through set_loss(). Pruning and QAT
 // schedules plug in through on_step / on_epoch callbacks, the distributed layer through
 // on_after_backward (gradient sync), a sampler and writer(false) on ranks that must not write.
+// A language model (logits [N, T, vocab] for labels [N, T], the next tokens) trains and evaluates
+// token by token: the loss is the next-token cross entropy, and accuracy, samples and samples/s
+// count tokens.
 //
 //   core::Module student(core::load_model("mlp:784-300-100-10", 1));
 //   train::Trainer trainer(student, train::TrainerOptions().epochs(5).lr(1e-3).seed(1)
