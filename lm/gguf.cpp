@@ -1,15 +1,12 @@
 #include "lm/gguf.h"
 
 #include <ATen/Parallel.h>
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <cstring>
 #include <limits>
 
 #include "core/error.h"
+#include "core/file_util.h"
 
 namespace pare::lm {
 
@@ -445,26 +442,12 @@ int64_t GgufTensorInfo::numel() const {
 
 GgufFile::GgufFile(const std::string& path) {
   path_ = path;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  PARE_CHECK(fd >= 0, "cannot open GGUF file '", path, "': ", std::strerror(errno));
-  struct stat st;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw InputError("GGUF file '" + path + "' is not a regular file");
-  }
-  size_ = static_cast<uint64_t>(st.st_size);
-  if (size_ < kHeaderBytes) {
-    ::close(fd);
-    throw InputError(detail::concat("GGUF file '", path, "' is truncated: ", size_,
-                                    " bytes, shorter than a GGUF header (", kHeaderBytes, ")"));
-  }
-  // Private and writable: copy on write, so a tensor viewing the file may be changed in place.
-  void* base = ::mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
-  ::close(fd);
-  PARE_CHECK(base != MAP_FAILED, "cannot map GGUF file '", path, "' (", size_, " bytes): ", std::strerror(errno));
-  const size_t span = static_cast<size_t>(size_);
-  storage_ = std::shared_ptr<void>(base, [span](void* p) { ::munmap(p, span); });
-  data_ = static_cast<const char*>(base);
+  std::shared_ptr<MappedFile> map = MappedFile::open(path);  // copy on write: tensors may change in place
+  size_ = static_cast<uint64_t>(map->size());
+  PARE_CHECK(size_ >= kHeaderBytes, "GGUF file '", path, "' is truncated: ", size_,
+             " bytes, shorter than a GGUF header (", kHeaderBytes, ")");
+  data_ = reinterpret_cast<const char*>(map->data());
+  storage_ = std::move(map);
   parse();
 }
 
