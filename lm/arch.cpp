@@ -33,6 +33,30 @@ constexpr TensorNames kGpt2Names = {
     "transformer.h.{i}.attn.c_proj", "", "", "transformer.h.{i}.ln_2", "", "transformer.h.{i}.mlp.c_fc",
     "transformer.h.{i}.mlp.c_proj", "transformer.ln_f", "lm_head"};
 
+constexpr TensorNames kGgufNames = {
+    "token_embd", "position_embd", "blk.{i}.attn_norm", "blk.{i}.attn_q", "blk.{i}.attn_k", "blk.{i}.attn_v",
+    "blk.{i}.attn_qkv", "blk.{i}.attn_output", "blk.{i}.attn_q_norm", "blk.{i}.attn_k_norm", "blk.{i}.ffn_norm",
+    "blk.{i}.ffn_gate", "blk.{i}.ffn_up", "blk.{i}.ffn_down", "output_norm", "output"};
+
+// Every role of TensorNames, to walk two columns side by side.
+constexpr const char* TensorNames::*kRoles[] = {
+    &TensorNames::embed, &TensorNames::positions, &TensorNames::attn_norm, &TensorNames::q, &TensorNames::k,
+    &TensorNames::v, &TensorNames::qkv, &TensorNames::o, &TensorNames::q_norm, &TensorNames::k_norm,
+    &TensorNames::mlp_norm, &TensorNames::gate, &TensorNames::up, &TensorNames::down, &TensorNames::final_norm,
+    &TensorNames::lm_head};
+
+// Matches `name` against a pattern with "{i}"; the index goes to `layer`.
+bool match_role(const std::string& pattern, const std::string& name, std::string& layer) {
+  const size_t at = pattern.find("{i}");
+  if (at == std::string::npos) return pattern == name;
+  const std::string head = pattern.substr(0, at), tail = pattern.substr(at + 3);
+  if (name.size() <= head.size() + tail.size() || name.compare(0, head.size(), head) != 0 ||
+      name.compare(name.size() - tail.size(), tail.size(), tail) != 0)
+    return false;
+  layer = name.substr(head.size(), name.size() - head.size() - tail.size());
+  return !layer.empty() && layer.find_first_not_of("0123456789") == std::string::npos;
+}
+
 // Keys every family may carry that change nothing pare computes.
 const std::set<std::string> kHarmless = {
     "architectures", "model_type", "transformers_version", "initializer_range", "use_cache", "_name_or_path",
@@ -159,20 +183,38 @@ void read_gpt2(const Reader& r, LmConfig& c) {
 
 const std::vector<Family>& families() {
   static const std::vector<Family> table = {
-      // architecture        model_type  gguf     norm         positions           mlp            qkv_b  qk_n   in_out all_b
-      {"LlamaForCausalLM", "llama", "llama", Norm::kRms, Positions::kRope, Mlp::kSwiGlu, false, false, false, false, kLlamaNames},
-      {"MistralForCausalLM", "mistral", "llama", Norm::kRms, Positions::kRope, Mlp::kSwiGlu, false, false, false, false, kLlamaNames},
-      {"Qwen2ForCausalLM", "qwen2", "qwen2", Norm::kRms, Positions::kRope, Mlp::kSwiGlu, true, false, false, false, kLlamaNames},
-      {"Qwen3ForCausalLM", "qwen3", "qwen3", Norm::kRms, Positions::kRope, Mlp::kSwiGlu, false, true, false, false, qwen3_names()},
-      {"GPT2LMHeadModel", "gpt2", "gpt2", Norm::kLayer, Positions::kLearned, Mlp::kGeluTanh, true, false, true, true, kGpt2Names},
+      // architecture        model_type  gguf     norm        positions          mlp           qkv_b  qk_n   in_out all_b  permute
+      {"LlamaForCausalLM", "llama", "llama", Norm::kRms, Positions::kRope, Mlp::kSwiGlu, false, false, false, false, true, kLlamaNames},
+      {"MistralForCausalLM", "mistral", "llama", Norm::kRms, Positions::kRope, Mlp::kSwiGlu, false, false, false, false, true, kLlamaNames},
+      {"Qwen2ForCausalLM", "qwen2", "qwen2", Norm::kRms, Positions::kRope, Mlp::kSwiGlu, true, false, false, false, false, kLlamaNames},
+      {"Qwen3ForCausalLM", "qwen3", "qwen3", Norm::kRms, Positions::kRope, Mlp::kSwiGlu, false, true, false, false, false, qwen3_names()},
+      {"GPT2LMHeadModel", "gpt2", "gpt2", Norm::kLayer, Positions::kLearned, Mlp::kGeluTanh, true, false, true, true, false, kGpt2Names},
   };
   return table;
 }
 
 const Family* find_family(const std::string& name) {
   for (const Family& f : families())
-    if (name == f.architecture || name == f.model_type) return &f;
+    if (name == f.architecture || name == f.model_type || name == f.gguf_arch) return &f;
   return nullptr;
+}
+
+const TensorNames& gguf_names() { return kGgufNames; }
+
+std::string hf_name_of(const Family& f, const std::string& gguf) {
+  const size_t dot = gguf.rfind('.');
+  if (dot == std::string::npos) return "";
+  const std::string base = gguf.substr(0, dot), suffix = gguf.substr(dot);  // ".weight" / ".bias"
+  for (auto role : kRoles) {
+    const char* hf = f.names.*role;
+    std::string layer;
+    if (!*hf || !match_role(kGgufNames.*role, base, layer)) continue;
+    std::string out = hf;
+    const size_t at = out.find("{i}");
+    if (at != std::string::npos) out.replace(at, 3, layer);
+    return out + suffix;
+  }
+  return "";
 }
 
 void LmConfig::validate(const std::string& what) const {

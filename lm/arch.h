@@ -40,12 +40,22 @@ struct Family {
   bool qk_norm;              ///< RMSNorm of q and k per head (Qwen3)
   bool linear_in_out;        ///< weights stored [in, out] (GPT-2's Conv1D), not [out, in] (nn.Linear)
   bool all_biases;           ///< every linear and norm has a bias (GPT-2)
+  /// llama.cpp's converter permutes q and k rows of this family for its rotary layout (Llama):
+  /// reading a GGUF file undoes it.
+  bool gguf_permutes_qk;
   TensorNames names;
 };
 
+/// llama.cpp's tensor names by role ("blk.{i}.attn_q", "token_embd", "output", ...): GGUF's
+/// column of the table, the same for every family.
+const TensorNames& gguf_names();
+/// The Hugging Face name of GGUF tensor `gguf` ("blk.3.attn_q.weight" ->
+/// "model.layers.3.self_attn.q_proj.weight" for Llama), or "" when no role of `f` has it.
+std::string hf_name_of(const Family& f, const std::string& gguf);
+
 /// Every family, in table order.
 const std::vector<Family>& families();
-/// The row whose architecture or model_type is `name`, or nullptr.
+/// The row whose architecture, model_type or (first) GGUF architecture is `name`, or nullptr.
 const Family* find_family(const std::string& name);
 
 /// A model's hyperparameters, whatever file they came from.

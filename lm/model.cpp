@@ -3,16 +3,30 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/file_util.h"
 #include "core/onnx_io.h"
 #include "lm/hf.h"
 
 namespace pare::lm {
 
-bool is_lm_spec(const std::string& spec) { return spec.rfind("hf:", 0) == 0 || is_hf_dir(spec); }
+namespace {
+
+bool is_gguf_path(const std::string& path) {
+  return path.size() > 5 && path.compare(path.size() - 5, 5, ".gguf") == 0 && file_exists(path);
+}
+
+}  // namespace
+
+bool is_lm_spec(const std::string& spec) {
+  return spec.rfind("hf:", 0) == 0 || spec.rfind("gguf:", 0) == 0 || is_hf_dir(spec) || is_gguf_path(spec);
+}
 
 LmModel load_lm(const std::string& spec, const BuildOptions& opts) {
   if (spec.rfind("hf:", 0) == 0) return load_hf(spec.substr(3), opts);
-  PARE_CHECK(is_hf_dir(spec), "'", spec, "' is no language model (expected hf:DIR or a folder holding config.json)");
+  if (spec.rfind("gguf:", 0) == 0) return load_gguf(spec.substr(5), opts);
+  if (is_gguf_path(spec)) return load_gguf(spec, opts);
+  PARE_CHECK(is_hf_dir(spec), "'", spec, "' is no language model (expected hf:DIR, gguf:FILE, a folder holding "
+             "config.json or a .gguf file)");
   return load_hf(spec, opts);
 }
 
@@ -89,6 +103,8 @@ std::string summary_text(const nlohmann::json& s) {
 void register_model_sources() {
   core::register_model_source(
       "hf", [](const std::string& dir, uint64_t) { return load_hf(dir).graph; }, is_hf_dir);
+  core::register_model_source(
+      "gguf", [](const std::string& path, uint64_t) { return load_gguf(path).graph; }, is_gguf_path);
 }
 
 }  // namespace pare::lm

@@ -1,5 +1,6 @@
 // A language model in pare: its config (lm/arch.h), its graph (lm/builder.h) and its tokenizer,
-// from any source: a Hugging Face checkpoint folder ("hf:DIR", or a folder holding config.json).
+// from any source: a Hugging Face checkpoint folder ("hf:DIR", or a folder holding config.json) or a
+// GGUF file ("gguf:FILE", or a file ending in .gguf).
 //
 //   lm::LmModel m = lm::load_lm("hf:ckpt");                        // input_ids -> logits
 //   lm::LmModel g = lm::load_lm("hf:ckpt", lm::BuildOptions{true});  // with the KV cache
@@ -23,6 +24,10 @@ struct LmModel {
 
 /// True when `spec` names a language model source ("hf:..." or a folder holding config.json).
 bool is_lm_spec(const std::string& spec);
+
+/// A GGUF file's model (weights dequantized to fp32, lm/gguf.h). Throws InputError naming the file
+/// and the key or tensor pare does not support.
+LmModel load_gguf(const std::string& path, const BuildOptions& opts = {});
 
 /// Loads the language model `spec` names. Throws InputError naming the source when it is none.
 LmModel load_lm(const std::string& spec, const BuildOptions& opts = {});
