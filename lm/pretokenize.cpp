@@ -120,8 +120,8 @@ void split_isolated(const Piece& piece, const Text& t, Match match, std::vector<
 // Digits: every number character alone (individual) or runs of them together (contiguous).
 void split_digits(const Piece& piece, const Text& t, bool individual, std::vector<Piece>& out) {
   split_isolated(piece, t, [individual](const std::vector<uint32_t>& c, size_t i) {
-    if (!is_number(c[i])) return i;
-    return individual ? i + 1 : run(c, i, is_number);
+    if (!unicode::is_numeric(c[i])) return i;
+    return individual ? i + 1 : run(c, i, unicode::is_numeric);
   }, out);
 }
 

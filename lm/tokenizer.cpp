@@ -138,8 +138,11 @@ void Tokenizer::Impl::build() {
   const std::string& src = m.source;
   const int64_t limit = std::min<int64_t>(kMaxId, 4 * static_cast<int64_t>(m.vocab.size() + m.added.size()) + 1024);
   PARE_CHECK(static_cast<int64_t>(m.vocab.size()) <= limit, src, ": model.vocab has ", m.vocab.size(), " ids, more than ", limit);
+  // Tokens from GGUF are raw bytes: the decoders need text.
+  auto utf8 = [](const std::string& t) { return unicode::utf8_lossy(t) == t; };
   for (size_t id = 0; id < m.vocab.size(); ++id) {
     if (m.vocab[id].empty()) continue;
+    PARE_CHECK(utf8(m.vocab[id]), src, ": model.vocab: token ", id, " is not valid UTF-8");
     PARE_CHECK(vocab.emplace(m.vocab[id], static_cast<int32_t>(id)).second, src, ": model.vocab: token '", m.vocab[id],
                "' has two ids");
   }
@@ -164,6 +167,7 @@ void Tokenizer::Impl::build() {
     const AddedToken& t = m.added[i];
     PARE_CHECK(t.id >= 0 && t.id < limit, src, ": added_tokens[", i, "]: id ", t.id, " is outside 0..", limit - 1);
     PARE_CHECK(!t.content.empty(), src, ": added_tokens[", i, "]: empty content");
+    PARE_CHECK(utf8(t.content), src, ": added_tokens[", i, "]: content is not valid UTF-8");
     if (static_cast<size_t>(t.id) >= by_id.size()) by_id.resize(t.id + 1);
     by_id[t.id] = t.content;
     added_ids[t.content] = t.id;

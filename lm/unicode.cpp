@@ -53,6 +53,11 @@ bool is_number(uint32_t cp) {
   return in_ranges(kNumberRanges, kNumberRanges_size, cp);
 }
 
+bool is_numeric(uint32_t cp) {
+  if (cp < 0x80) return cp >= '0' && cp <= '9';
+  return in_ranges(kNumericRanges, kNumericRanges_size, cp);
+}
+
 bool is_whitespace(uint32_t cp) {
   if (cp < 0x80) return cp == ' ' || (cp >= 0x09 && cp <= 0x0D);
   return cp == 0x85 || cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 ||

@@ -18,11 +18,15 @@ extern const CodeRange kLetterRanges[];
 extern const size_t kLetterRanges_size;
 extern const CodeRange kNumberRanges[];
 extern const size_t kNumberRanges_size;
+extern const CodeRange kNumericRanges[];
+extern const size_t kNumericRanges_size;
 
-/// General category L (\p{L}).
+/// \p{L} as tokenizers' regexes match it.
 bool is_letter(uint32_t cp);
-/// General category N (\p{N}; Rust's char::is_numeric).
+/// \p{N} as tokenizers' regexes match it.
 bool is_number(uint32_t cp);
+/// Rust's char::is_numeric, where tokenizers' Digits pre-tokenizer splits (a newer Unicode than \p{N}'s).
+bool is_numeric(uint32_t cp);
 /// Oniguruma's \s on Unicode: White_Space (tab to CR, space, NEL, Zs, Zl, Zp).
 bool is_whitespace(uint32_t cp);
 
