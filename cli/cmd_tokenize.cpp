@@ -1,4 +1,6 @@
 // pare tokenize TOKENIZER_JSON [--text S] [--decode] [--no-special] [--json]
+#include <cerrno>
+#include <cstdlib>
 #include <iostream>
 #include <sstream>
 
@@ -34,14 +36,10 @@ std::vector<int32_t> parse_ids(const std::string& line, bool json, size_t lineno
   std::istringstream in(line);
   std::string word;
   while (in >> word) {
-    size_t used = 0;
-    long long id = 0;
-    try {
-      id = std::stoll(word, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    PARE_CHECK(used == word.size() && id >= INT32_MIN && id <= INT32_MAX, "stdin:", lineno, ": '", word,
+    char* end = nullptr;
+    errno = 0;
+    const long long id = std::strtoll(word.c_str(), &end, 10);
+    PARE_CHECK(*end == '\0' && errno == 0 && id >= INT32_MIN && id <= INT32_MAX, "stdin:", lineno, ": '", word,
                "' is not a token id");
     ids.push_back(static_cast<int32_t>(id));
   }

@@ -121,9 +121,11 @@ struct TokenizerModel {
 /// and safe to call from several threads.
 class Tokenizer {
  public:
-  /// Reads a Hugging Face tokenizer.json. Throws InputError naming the file and the key for a model
+  /// Reads a Hugging Face tokenizer.json, and BOS/EOS/pad ids from the tokenizer_config.json beside it
+  /// when there is one (else BOS is the template's first token). Throws InputError naming the file and the key for a model
   /// other than BPE (WordPiece, Unigram, WordLevel), a normalizer, pre-tokenizer, split pattern,
-  /// post-processor or decoder that pare does not implement, truncation, and malformed content.
+  /// post-processor or decoder that pare does not implement, truncation, malformed content, and a
+  /// tokenizer_config.json naming a token the vocabulary lacks.
   static Tokenizer from_file(const std::string& path);
   /// The same from the file's text (`source` names it in errors).
   static Tokenizer from_json_text(const std::string& text, const std::string& source);

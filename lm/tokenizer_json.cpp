@@ -65,6 +65,14 @@ struct Reader {
       fail(key + ".pattern", "only {\"String\": ...} patterns are supported, got " + p.dump());
     return p["String"];
   }
+  // {"type": "Sequence", `list`: [...]}: runs `each` on every element with its key; false for another type.
+  template <class Each>
+  bool sequence(const json& j, const std::string& key, const std::string& type, const std::string& list, Each each) const {
+    if (type != "Sequence") return false;
+    const json& items = array(j, key, list);
+    for (size_t i = 0; i < items.size(); ++i) each(items[i], key + "." + list + "[" + std::to_string(i) + "]");
+    return true;
+  }
   void one_char(const std::string& s, const std::string& key) const {
     if (s.empty() || s.size() > 4) fail(key, "must be one character, got '" + s + "'");
   }
@@ -123,10 +131,8 @@ void Reader::model(const json& j, TokenizerModel& m) const {
 void Reader::normalizer(const json& j, const std::string& key, TokenizerModel& m) const {
   if (j.is_null()) return;
   const std::string type = this->type(j, key);
-  if (type == "Sequence") {
-    const json& list = array(j, key, "normalizers");
-    for (size_t i = 0; i < list.size(); ++i) normalizer(list[i], key + ".normalizers[" + std::to_string(i) + "]", m);
-  } else if (type == "Prepend") {
+  if (sequence(j, key, type, "normalizers", [&](const json& e, const std::string& k) { normalizer(e, k, m); })) return;
+  if (type == "Prepend") {
     m.normalizer.push_back({NormalizerStep::Kind::kPrepend, "", str(j, key, "prepend")});
   } else if (type == "Replace") {
     m.normalizer.push_back({NormalizerStep::Kind::kReplace, string_pattern(j, key), str(j, key, "content")});
@@ -139,12 +145,9 @@ void Reader::pre_tokenizer(const json& j, const std::string& key, TokenizerModel
   using Kind = PreTokenizerStep::Kind;
   if (j.is_null()) return;
   const std::string type = this->type(j, key);
+  if (sequence(j, key, type, "pretokenizers", [&](const json& e, const std::string& k) { pre_tokenizer(e, k, m); })) return;
   PreTokenizerStep step;
-  if (type == "Sequence") {
-    const json& list = array(j, key, "pretokenizers");
-    for (size_t i = 0; i < list.size(); ++i) pre_tokenizer(list[i], key + ".pretokenizers[" + std::to_string(i) + "]", m);
-    return;
-  } else if (type == "ByteLevel") {
+  if (type == "ByteLevel") {
     step.kind = Kind::kByteLevel;
     step.add_prefix_space = flag(j, key, "add_prefix_space", true);
     step.use_regex = flag(j, key, "use_regex", true);
@@ -179,12 +182,9 @@ void Reader::decoder(const json& j, const std::string& key, TokenizerModel& m) c
   using Kind = DecoderStep::Kind;
   if (j.is_null()) return;
   const std::string type = this->type(j, key);
+  if (sequence(j, key, type, "decoders", [&](const json& e, const std::string& k) { decoder(e, k, m); })) return;
   DecoderStep d;
-  if (type == "Sequence") {
-    const json& list = array(j, key, "decoders");
-    for (size_t i = 0; i < list.size(); ++i) decoder(list[i], key + ".decoders[" + std::to_string(i) + "]", m);
-    return;
-  } else if (type == "ByteLevel") {
+  if (type == "ByteLevel") {
     d.kind = Kind::kByteLevel;
   } else if (type == "Replace") {
     d.kind = Kind::kReplace;
@@ -216,11 +216,7 @@ void Reader::post_processor(const json& j, const std::string& key, TokenizerMode
   if (j.is_null()) return;
   const std::string type = this->type(j, key);
   if (type == "ByteLevel") return;  // offsets only: the ids are the text's
-  if (type == "Sequence") {
-    const json& list = array(j, key, "processors");
-    for (size_t i = 0; i < list.size(); ++i) post_processor(list[i], key + ".processors[" + std::to_string(i) + "]", m);
-    return;
-  }
+  if (sequence(j, key, type, "processors", [&](const json& e, const std::string& k) { post_processor(e, k, m); })) return;
   if (type != "TemplateProcessing")
     fail(key + ".type", "post-processor '" + type + "' is not supported (pare has TemplateProcessing, ByteLevel, Sequence)");
   const json& single = array(j, key, "single");
@@ -303,7 +299,43 @@ Tokenizer Tokenizer::from_json_text(const std::string& text, const std::string& 
   return Tokenizer(parse_tokenizer_json(text, source));
 }
 
-Tokenizer Tokenizer::from_file(const std::string& path) { return from_json_text(read_file(path), path); }
+namespace {
+
+// The id of token `t` in `m` (added tokens first), -1 when it has none.
+int32_t id_of(const TokenizerModel& m, const std::string& t) {
+  for (const AddedToken& a : m.added)
+    if (a.content == t) return a.id;
+  for (size_t id = 0; id < m.vocab.size(); ++id)
+    if (m.vocab[id] == t) return static_cast<int32_t>(id);
+  return -1;
+}
+
+// BOS, EOS and pad from transformers' tokenizer_config.json beside the tokenizer.json, when there is
+// one: {"bos_token": "<s>" or {"content": "<s>", ...}, ...}. The ids only; the template decides
+// what encode adds.
+void read_special_ids(const std::string& path, TokenizerModel& m) {
+  const std::string config = join_path(dir_name(path), "tokenizer_config.json");
+  if (!file_exists(config)) return;
+  const json j = json::parse(read_file(config), nullptr, /*allow_exceptions=*/false);
+  PARE_CHECK(j.is_object(), config, ": not a JSON object");
+  const Reader r{config};
+  for (auto [key, id] : {std::pair<const char*, int32_t*>{"bos_token", &m.bos_id}, {"eos_token", &m.eos_id}, {"pad_token", &m.pad_id}}) {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) continue;
+    const std::string token = it->is_object() ? r.str(*it, key, "content") : it->is_string() ? it->get<std::string>() : "";
+    if (!it->is_object() && !it->is_string()) r.fail(key, "must be a token or {\"content\": token}");
+    *id = id_of(m, token);
+    if (*id < 0) r.fail(key, "'" + token + "' is not a token of " + path);
+  }
+}
+
+}  // namespace
+
+Tokenizer Tokenizer::from_file(const std::string& path) {
+  TokenizerModel m = parse_tokenizer_json(read_file(path), path);
+  read_special_ids(path, m);
+  return Tokenizer(std::move(m));
+}
 
 void TokenizerModel::set_pipeline(Kind k, const std::string& pre) {
   using P = PreTokenizerStep::Kind;

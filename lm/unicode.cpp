@@ -54,8 +54,7 @@ bool is_number(uint32_t cp) {
 }
 
 bool is_numeric(uint32_t cp) {
-  if (cp < 0x80) return cp >= '0' && cp <= '9';
-  return in_ranges(kNumericRanges, kNumericRanges_size, cp);
+  return is_number(cp) || (cp >= 0x80 && in_ranges(kNumericExtraRanges, kNumericExtraRanges_size, cp));
 }
 
 bool is_whitespace(uint32_t cp) {

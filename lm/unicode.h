@@ -18,8 +18,8 @@ extern const CodeRange kLetterRanges[];
 extern const size_t kLetterRanges_size;
 extern const CodeRange kNumberRanges[];
 extern const size_t kNumberRanges_size;
-extern const CodeRange kNumericRanges[];
-extern const size_t kNumericRanges_size;
+extern const CodeRange kNumericExtraRanges[];  // is_numeric beyond is_number
+extern const size_t kNumericExtraRanges_size;
 
 /// \p{L} as tokenizers' regexes match it.
 bool is_letter(uint32_t cp);

@@ -139,6 +139,9 @@ TEST(PreTokenize, DigitsAndByteLevelInSequence) {
   digits.individual_digits = true;
   PreTokenizerStep bytes = split(PreTokenizerStep::Kind::kByteLevel);
   EXPECT_EQ(words({digits, bytes}, "a 42"), (std::vector<std::string>{"a", "\u0120", "4", "2"}));
+  // U+11DE0 is numeric to Rust (Digits) but not \p{N} to Oniguruma (scripts/gen_unicode_tables.py).
+  EXPECT_EQ(words({digits}, "x\U00011DE0\U00011DE1"), (std::vector<std::string>{"x", "\U00011DE0", "\U00011DE1"}));
+  EXPECT_FALSE(unicode::is_number(0x11DE0));
   bytes.add_prefix_space = true;
   bytes.use_regex = false;
   EXPECT_EQ(words({bytes}, "é"), (std::vector<std::string>{"\u0120\u00C3\u00A9"}));
@@ -202,6 +205,21 @@ TEST(TokenizerJson, RefusesWhatItDoesNotImplementNamingFileAndKey) {
     testing::expect_input_error([&] { Tokenizer::from_file(path); }, {path, c.expect});
   }
   testing::expect_input_error([&] { Tokenizer::from_file(dir.file("missing.json")); }, {"missing.json"});
+}
+
+TEST(TokenizerJson, SpecialIdsComeFromTokenizerConfigBesideIt) {
+  testing::TempDir dir;
+  testing::write_bytes(dir.file("tokenizer.json"),
+                       tokenizer_json(kBpe, R"(,"added_tokens":[{"id":3,"content":"</s>","special":true}])"));
+  EXPECT_EQ(Tokenizer::from_file(dir.file("tokenizer.json")).eos_id(), -1);
+  testing::write_bytes(dir.file("tokenizer_config.json"), R"({"eos_token":{"content":"</s>"},"pad_token":"ab"})");
+  const Tokenizer tok = Tokenizer::from_file(dir.file("tokenizer.json"));
+  EXPECT_EQ(tok.eos_id(), 3);
+  EXPECT_EQ(tok.pad_id(), 2);
+  EXPECT_EQ(tok.bos_id(), -1);
+  testing::write_bytes(dir.file("tokenizer_config.json"), R"({"bos_token":"<s>"})");
+  testing::expect_input_error([&] { Tokenizer::from_file(dir.file("tokenizer.json")); },
+                              {"tokenizer_config.json", "'bos_token'", "'<s>' is not a token"});
 }
 
 TEST(TokenizerModel, GgufPresetsMatchTheirTokenizerJson) {

@@ -50,9 +50,11 @@ EXTRA = [
     "\t",
     "a",
     "ÿ\u0080\u00ad",
-    # Letters and digits of Unicode 15 and 16 (Kawi, Nag Mundari, CJK Extension I, Kirat Rai): the
-    # classes must be the ones of tokenizers' regex engine and Rust, not of an older table.
+    # Letters and digits of Unicode 15 to 17 (Kawi, Nag Mundari, CJK Extension I, Kirat Rai, and
+    # U+11DE0, numeric to Rust but not to Oniguruma): the classes must be the ones of tokenizers'
+    # regex engine and of Rust, not of an older table.
     "new \U00011F04\U00011F05 \U0001E4F0\U0001E4F1x \U0002EBF0 \U00016D70\U00016D71 'S\U00011F04",
+    "x\U00011DE0\U00011DE1y \U00011DE2 \U00016FF4",
 ]
 
 DOCS = [
