@@ -36,6 +36,7 @@ void add_pipeline(CLI::App& app, Action& action);
 void add_report(CLI::App& app, Action& action);
 void add_federate(CLI::App& app, Action& action);
 void add_generate(CLI::App& app, Action& action);
+void add_tokenize(CLI::App& app, Action& action);
 
 /// Adds every subcommand above to `app` (main, and the pipeline to check a recipe's stages).
 void add_commands(CLI::App& app, Action& action);

@@ -42,6 +42,7 @@ void add_commands(CLI::App& app, Action& action) {
   add_export(app, action);
   add_pipeline(app, action);
   add_report(app, action);
+  add_tokenize(app, action);
 #ifdef PARE_WITH_FEDERATED  // a build without gRPC has no federate command (CMakeLists.txt, PARE_FEDERATED)
   add_federate(app, action);
 #endif
