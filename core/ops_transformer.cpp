@@ -1,8 +1,9 @@
 // Core ops, transformer family, with ONNX opset 23's meaning: RMSNormalization, RotaryEmbedding
 // and Attention (grouped KV heads, causal mask, KV cache). Attention runs through libtorch's
-// fused scaled_dot_product_attention wherever its attributes allow; softcap, the qk_matmul_output
-// output and a softmax_precision other than the inputs' type need the scores themselves, which
-// SDPA never shows, and take the spelled-out formula of the spec.
+// fused scaled_dot_product_attention (enable_gqa for grouped KV heads; is_causal when there is
+// no cache and no mask, an explicit mask shifted by the cache's length otherwise) wherever its
+// attributes allow; softcap, the qk_matmul_output output and a softmax_precision other than the
+// inputs' type need the scores themselves, which SDPA never shows, and take the spec's formula.
 #include <cmath>
 #include <limits>
 
@@ -127,7 +128,8 @@ OpDef rotary_embedding_op() {
   d.attrs = {spec_int("interleaved"), spec_int("num_heads"), spec_int("rotary_embedding_dim")};
   d.forward = rotary_forward;
   d.flops = ops::flops_per_output(3);
-  // Heads and head features are followed by neither pruning nor tensor parallelism yet.
+  // Channel pruning does not follow heads through it yet, so it stops there; tensor parallelism
+  // splits it by heads with a rule of its own (dist/shard_facets.cpp).
   d.traits.opaque_channels = true;
   return d;
 }
@@ -207,8 +209,9 @@ at::Tensor attention_mask(const Node& n, const Tensors& in, const AttentionShape
                  : at::constant_pad_nd(mask, {0, total - mask.size(-1)}, -std::numeric_limits<double>::infinity());
     if (mask.is_floating_point()) mask = mask.to(a.q.scalar_type());
   }
-  if (n.attr_int("is_causal", 0) == 0) return mask;
-  // Query i sees the keys up to past + i: the upper-left causal mask, shifted by the cache.
+  // Query i sees the keys up to past + i: the upper-left causal mask, shifted by the cache. One
+  // new token sees them all.
+  if (n.attr_int("is_causal", 0) == 0 || (lq == 1 && total == a.past + 1)) return mask;
   const auto opts = a.q.options().dtype(at::kLong);
   const at::Tensor causal = at::arange(total, opts).unsqueeze(0).le(at::arange(lq, opts).unsqueeze(1) + a.past);
   if (!mask.defined()) return causal;
@@ -255,17 +258,21 @@ std::pair<at::Tensor, at::Tensor> attention_explicit(const Node& n, const Attent
 
 Tensors attention_forward(const Node& n, const Tensors& in, const RunContext&) {
   const AttentionShape a = attention_shape(n, in);
-  const at::Tensor mask = attention_mask(n, in, a);
   const double scale = n.has_attr("scale") ? n.attr_float("scale", 1.0f) : 1.0 / std::sqrt(double(a.q.size(3)));
   const bool explicit_scores = wants_output(n, 3) || n.attr_float("softcap", 0.0f) > 0 ||
                                softmax_type(n, a.q.scalar_type()) != a.q.scalar_type();
+  // Without a cache or a mask, ONNX's causal mask is SDPA's own (upper left): its fused kernels
+  // then skip the masked blocks instead of reading a mask.
+  const bool sdpa_causal =
+      !explicit_scores && n.attr_int("is_causal", 0) != 0 && a.past == 0 && !has_input(in, 3);
   at::Tensor y, qk;
   if (explicit_scores) {
-    std::tie(y, qk) = attention_explicit(n, a, mask, scale);
+    std::tie(y, qk) = attention_explicit(n, a, attention_mask(n, in, a), scale);
   } else {
     c10::optional<at::Tensor> m;
-    if (mask.defined()) m = mask;
-    y = at::scaled_dot_product_attention(a.q, a.k, a.v.to(a.q.scalar_type()), m, 0.0, false, scale,
+    if (!sdpa_causal)
+      if (at::Tensor mask = attention_mask(n, in, a); mask.defined()) m = mask;
+    y = at::scaled_dot_product_attention(a.q, a.k, a.v.to(a.q.scalar_type()), m, 0.0, sdpa_causal, scale,
                                          a.q_heads != a.kv_heads);
   }
   if (a.three_d) y = y.transpose(1, 2).reshape({y.size(0), y.size(2), -1});
@@ -293,7 +300,7 @@ OpDef attention_op() {
              spec_float("scale"), spec_float("softcap"), spec_int("softmax_precision")};
   d.forward = attention_forward;
   d.flops = attention_flops;
-  d.traits.opaque_channels = true;
+  d.traits.opaque_channels = true;  // as RotaryEmbedding: pruning stops here, dist splits it by heads
   return d;
 }
 

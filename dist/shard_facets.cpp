@@ -197,7 +197,7 @@ void tp_transpose(const Node& n, Pass& p, const TpLayout& in) {
   p.keep_split(n, p.split_layout(b, in.full));
 }
 
-// Softmax, LogSoftmax (along `axis`) and LayerNormalization (over [axis, rank)) keep a split
+// Softmax, LogSoftmax (along `axis`), LayerNormalization and RMSNormalization (over [axis, rank)) keep a split
 // they do not normalise over.
 void tp_softmax(const Node& n, Pass& p, const TpLayout& in) {
   const int64_t axis = tp_axis(n.attr_int("axis", -1), static_cast<int64_t>(p.full_shape(n.inputs[0]).size()));
@@ -242,6 +242,59 @@ void tp_unary(const Node& n, Pass& p, const TpLayout& in) {
   tp_mixes(n, p);
 }
 
+// RotaryEmbedding rotates within each head: a split by whole heads stays ([B, H, S, D] along H;
+// [B, S, H*D] along the hidden axis, each rank rotating num_heads / ranks heads).
+void tp_rotary(const Node& n, Pass& p, const TpLayout& in) {
+  const int64_t rank = static_cast<int64_t>(p.full_shape(n.inputs[0]).size());
+  const int64_t heads = n.attr_int("num_heads", 0);
+  if (rank == 4 && in.axis == 1 && n.outputs.size() == 1) return p.keep_split(n, in);
+  if (rank == 3 && in.axis == 2 && heads > 0 && heads % p.ranks() == 0 && n.outputs.size() == 1)
+    return p.keep_split(n, in, {{"num_heads", p.block(heads)}});
+  p.replicate(n, "its split is not by whole heads");
+}
+
+// This rank's block of Attention input `i` along the head axis `axis` (a whole value is sliced);
+// "" when the value is laid out otherwise.
+std::string head_block(const Node& n, Pass& p, size_t i, int64_t axis) {
+  const std::string& v = n.inputs[i];
+  const TpLayout l = p.layout(v);
+  if (l.kind == TpLayout::kSplit && l.axis == axis) return p.local(v);
+  if (l.kind == TpLayout::kWhole) return p.split(v, axis, p.full_shape(v)[axis]);
+  return "";
+}
+
+// Attention by heads (Megatron): each rank attends with its block of query heads and the KV heads
+// of their groups (contiguous blocks keep query head h with KV head h / group), so the output
+// stays split by heads for the row-parallel out-projection. Only Y: a split KV cache would need
+// layouts for the other outputs; a mask that differs per head runs it whole too.
+void tp_attention(const Node& n, Pass& p) {
+  const int64_t rank = static_cast<int64_t>(p.full_shape(n.inputs[0]).size());
+  const bool three_d = rank == 3;
+  const int64_t axis = three_d ? 2 : 1;
+  const int64_t q_heads = three_d ? n.attr_int("q_num_heads", 0) : p.full_shape(n.inputs[0])[1];
+  const int64_t kv_heads = three_d ? n.attr_int("kv_num_heads", 0) : p.full_shape(n.inputs[1])[1];
+  bool only_y = true;
+  for (size_t o = 1; o < n.outputs.size(); ++o) only_y &= n.outputs[o].empty();
+  for (size_t i = 4; i < n.inputs.size(); ++i) only_y &= n.inputs[i].empty();
+  if (!only_y || q_heads % p.ranks() != 0 || kv_heads % p.ranks() != 0 || kv_heads == 0)
+    return p.replicate(n, "it has a KV cache or heads that do not split evenly");
+  if (n.has_input(3)) {
+    const auto& m = p.full_shape(n.inputs[3]);
+    if ((m.size() >= 3 && m[m.size() - 3] != 1) || p.layout(n.inputs[3]).kind != TpLayout::kWhole)
+      return p.replicate(n, "its mask differs per head");
+  }
+  if (p.layout(n.inputs[0]).kind != TpLayout::kSplit && p.layout(n.inputs[1]).kind != TpLayout::kSplit)
+    return p.replicate(n, "its inputs are whole");
+  std::vector<std::string> ins;
+  for (size_t i = 0; i < 3; ++i) ins.push_back(head_block(n, p, i, axis));
+  if (std::any_of(ins.begin(), ins.end(), [](const std::string& s) { return s.empty(); }))
+    return p.replicate(n, "its inputs are not split by heads");
+  if (n.has_input(3)) ins.push_back(n.inputs[3]);
+  std::map<std::string, core::AttrValue> attrs;
+  if (three_d) attrs = {{"q_num_heads", p.block(q_heads)}, {"kv_num_heads", p.block(kv_heads)}};
+  p.emit_as(n, ins, p.split_layout(axis, p.full_shape(n.outputs[0])[axis]), attrs);
+}
+
 // Conv and Gemm follow their weight when it is a constant; otherwise they run whole.
 ShardFn with_constant_weight(void (*rule)(const Node&, Pass&)) {
   return [rule](const Node& n, Pass& p) { p.is_init(n, 1) ? rule(n, p) : tp_default(n, p); };
@@ -254,7 +307,8 @@ void attach_shard_facets(core::OpDef& op) {
       {"Conv", with_constant_weight(tp_conv)}, {"Gemm", with_constant_weight(tp_gemm)}, {"MatMul", tp_matmul},
       {"BatchNormalization", when_split(tp_batch_norm)}, {"Transpose", when_split(tp_transpose)},
       {"Softmax", when_split(tp_softmax)}, {"LogSoftmax", when_split(tp_softmax)},
-      {"LayerNormalization", when_split(tp_layer_norm)}, {"Flatten", when_split(tp_flatten)},
+      {"LayerNormalization", when_split(tp_layer_norm)}, {"RMSNormalization", when_split(tp_layer_norm)},
+      {"Flatten", when_split(tp_flatten)}, {"RotaryEmbedding", when_split(tp_rotary)}, {"Attention", tp_attention},
       {"Reshape", when_split(tp_reshape)}};
   const core::OpTraits& t = op.traits;
   ShardFn rule = tp_default;

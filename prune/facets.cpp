@@ -242,6 +242,7 @@ void batch_norm(const Node& n, ChannelGraph& cg) {
     if (!n.outputs[o].empty()) cg.set(n.outputs[o], 0, c);
 }
 
+// LayerNormalization and RMSNormalization: the statistics run over [axis, rank), which keep their size.
 void layer_norm(const Node& n, ChannelGraph& cg) {
   const std::string& x = n.inputs.at(0);
   const int64_t r = cg.rank(x), axis = norm_axis(n.attr_int("axis", -1), r);
@@ -383,7 +384,8 @@ void attach_prune_facets(core::OpDef& op) {
   auto like_reshape = [](const Node& n, ChannelGraph& cg) { reshape_like(n, cg); };
   static const std::map<std::string, ChannelFn> by_name = {
       {"Conv", conv}, {"ConvTranspose", conv_transpose}, {"Gemm", gemm}, {"MatMul", matmul},
-      {"BatchNormalization", batch_norm}, {"LayerNormalization", layer_norm}, {"Softmax", softmax},
+      {"BatchNormalization", batch_norm}, {"LayerNormalization", layer_norm},
+      {"RMSNormalization", layer_norm}, {"Softmax", softmax},
       {"LogSoftmax", softmax}, {"Transpose", transpose}, {"Concat", concat}, {"Reshape", reshape},
       {"Flatten", like_reshape}, {"Squeeze", like_reshape}, {"Unsqueeze", like_reshape},
       {"Shape", shape_only}, {"Size", shape_only}};

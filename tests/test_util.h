@@ -17,6 +17,7 @@
 #include "core/data.h"
 #include "core/error.h"
 #include "core/file_util.h"
+#include "core/graph.h"
 #include "core/op_registry.h"
 
 namespace pare::testing {
@@ -129,6 +130,38 @@ inline void register_test_ops() {
   };
   add("PareTestSquare", true, 2);
   add("PareTestOpaque", false, 1);
+}
+
+/// A decoder layer of ONNX opset 23 ops on x [N, seq, 16]: RMSNormalization, q/k/v MatMuls,
+/// RotaryEmbedding (positions 0..seq-1 as a [1, seq] constant), Attention (4 query heads of 4
+/// over 2 KV heads, causal), the out-projection and the residual Add; output y.
+inline core::Graph decoder_layer_graph(int64_t seq, uint64_t seed) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  const int64_t hidden = 16, head = 4;
+  core::Graph g;
+  g.name = "decoder_layer";
+  g.inputs.push_back({"x", at::kFloat, {core::Dim::sym("N"), seq, hidden}});
+  g.initializers["norm.scale"] = at::rand({hidden}, gen) + 0.5;
+  g.initializers["wq"] = at::randn({hidden, 4 * head}, gen) * 0.3;
+  g.initializers["wk"] = at::randn({hidden, 2 * head}, gen) * 0.3;
+  g.initializers["wv"] = at::randn({hidden, 2 * head}, gen) * 0.3;
+  g.initializers["wo"] = at::randn({4 * head, hidden}, gen) * 0.3;
+  const at::Tensor angle = at::outer(at::arange(seq, at::kFloat), at::rand({head / 2}, gen));
+  g.initializers["cos"] = at::cos(angle);
+  g.initializers["sin"] = at::sin(angle);
+  g.initializers["pos"] = at::arange(seq, at::kLong).unsqueeze(0);
+  g.add_node("RMSNormalization", {"x", "norm.scale"}, {"h"}, {}, "norm");
+  g.add_node("MatMul", {"h", "wq"}, {"q"}, {}, "q_proj");
+  g.add_node("MatMul", {"h", "wk"}, {"k"}, {}, "k_proj");
+  g.add_node("MatMul", {"h", "wv"}, {"v"}, {}, "v_proj");
+  g.add_node("RotaryEmbedding", {"q", "cos", "sin", "pos"}, {"qr"}, {{"num_heads", int64_t{4}}}, "rope_q");
+  g.add_node("RotaryEmbedding", {"k", "cos", "sin", "pos"}, {"kr"}, {{"num_heads", int64_t{2}}}, "rope_k");
+  g.add_node("Attention", {"qr", "kr", "v"}, {"a"},
+             {{"is_causal", int64_t{1}}, {"q_num_heads", int64_t{4}}, {"kv_num_heads", int64_t{2}}}, "attn");
+  g.add_node("MatMul", {"a", "wo"}, {"o"}, {}, "o_proj");
+  g.add_node("Add", {"x", "o"}, {"y"}, {}, "residual");
+  g.outputs.push_back({"y", at::kFloat, {core::Dim::sym("N"), seq, hidden}});
+  return g;
 }
 
 }  // namespace pare::testing

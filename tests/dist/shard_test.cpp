@@ -146,6 +146,32 @@ TEST(TensorParallel, ANewElementwiseOpStaysSplitAndAnOpaqueOneIsMadeWhole) {
   }
 }
 
+// A decoder layer of ONNX opset 23 ops (RMSNormalization, RotaryEmbedding, Attention with 4 query
+// heads over 2 KV heads, causal): the projections split by heads, RotaryEmbedding and Attention
+// keep the split with num_heads / q_num_heads / kv_num_heads halved, one all-reduce after the
+// out-projection, and the sharded layer computes the whole one.
+TEST(TensorParallel, AttentionSplitsByHeadsWithTheirKvGroups) {
+  at::manual_seed(6);
+  const int64_t s = 5, hidden = 16;
+  core::Graph g = pare::testing::decoder_layer_graph(s, 6);
+  core::infer_shapes(g);
+  expect_sharded_equals_whole(g, at::randn({5, s, hidden}), dist::TeacherParallel::kTensor, 2, 1e-5, 0.6);
+  dist::Shard sh = dist::shard_tensor_parallel(g, 1, 2);
+  int reduces = 0, gathers = 0;
+  for (auto& n : sh.graph.nodes) {
+    reduces += n.op_type == "AllReduce";
+    gathers += n.op_type == "AllGather";
+    if (n.op_type == "Attention") {
+      EXPECT_EQ(n.attr_int("q_num_heads", 0), 2);
+      EXPECT_EQ(n.attr_int("kv_num_heads", 0), 1);
+    }
+    if (n.name == "rope_k") EXPECT_EQ(n.attr_int("num_heads", 0), 1);
+  }
+  EXPECT_EQ(reduces, 1) << sh.report.to_text();
+  EXPECT_EQ(gathers, 0) << sh.report.to_text();
+  EXPECT_TRUE(sh.report.replicated.empty()) << sh.report.to_text();
+}
+
 TEST(TensorParallel, AShardRunWithoutItsGroupSaysHowToRunIt) {
   dist::Shard s = dist::shard_tensor_parallel(core::load_model("cnn", 1), 0, 2);
   core::Module m(s.graph);

@@ -277,6 +277,12 @@ NUMERIC_CASE(LayerNormOverTrailingDimsKeepsChannelsFree) {
   });
 }
 
+NUMERIC_CASE(RMSNormOverTrailingDimsKeepsChannelsFree) {
+  expect_body([](Tiny& t, const std::string& a) {
+    return t.node("RMSNormalization", {a, t.init("rms.s", at::rand({6}) + 0.5)}, "rms", {{"axis", int64_t{-1}}});
+  });
+}
+
 NUMERIC_CASE(PoolingOps) {
   for (const char* op : {"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"}) {
     SCOPED_TRACE(op);

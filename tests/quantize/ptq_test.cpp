@@ -242,5 +242,20 @@ TEST(QuantizeStatic, AnOpRegisteredLaterRunsInFp32AndIsRefusedByNameWhenIncluded
   }
 }
 
+// A decoder layer (RMSNormalization, RotaryEmbedding, Attention: no int8 form) quantizes its four
+// projections; the three transformer ops stay fp32 nodes and the norm's scale an fp32 weight.
+TEST(QuantizeStatic, ADecoderLayerQuantizesItsProjectionsAndKeepsTheTransformerOpsInFp32) {
+  Graph g = pare::testing::decoder_layer_graph(6, 7);
+  at::manual_seed(7);
+  PtqResult r = quantize_static(g, at::randn({32, 6, 16}), PtqOptions());
+  EXPECT_EQ(r.report.layers.size(), 4u);
+  for (const char* op : {"RMSNormalization", "RotaryEmbedding", "Attention"})
+    EXPECT_EQ(std::count_if(r.graph.nodes.begin(), r.graph.nodes.end(), [&](const core::Node& n) { return n.op_type == op; }),
+              op == std::string("RotaryEmbedding") ? 2 : 1) << op;
+  ASSERT_TRUE(r.graph.is_initializer("norm.scale"));
+  EXPECT_TRUE(r.graph.initializers.at("norm.scale").equal(g.initializers.at("norm.scale")));
+  EXPECT_GT(r.report.output_sqnr_db, 20.0);
+}
+
 }  // namespace
 }  // namespace pare::quantize
