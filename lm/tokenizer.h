@@ -85,7 +85,7 @@ struct AddedToken {
 /// reader fills vocab, merges, added (from token types), the ids, and calls set_pipeline.
 struct TokenizerModel {
   enum class Kind {
-    kByteLevelBpe,        ///< GPT-2, Llama 3, Qwen2, SmolLM2 (tokenizer.ggml.model "gpt2")
+    kByteLevelBpe,        ///< GPT-2, Llama 3, Qwen2 (pattern; NFC not yet), SmolLM2 (tokenizer.ggml.model "gpt2")
     kSentencePieceBpe,    ///< Llama 2, Mistral, TinyLlama: "▁" for spaces, <0xXX> byte fallback ("llama")
   };
   Kind kind = Kind::kByteLevelBpe;
@@ -111,9 +111,9 @@ struct TokenizerModel {
   std::string source = "tokenizer";  ///< the file it came from, for error messages
 
   /// Sets normalizer, pre_tokenizer and decoder (and ignore_merges, byte_fallback) the way
-  /// llama.cpp names them: kind kByteLevelBpe with `pre` "gpt2" (also "default"), "llama-bpe"
-  /// (Llama 3), "qwen2", "smollm"; kind kSentencePieceBpe with pre "" or "default". Throws
-  /// InputError naming `source` and `pre` for any other.
+  /// llama.cpp names them: kind kByteLevelBpe with `pre` "gpt2", "llama-bpe" (Llama 3) or "smollm";
+  /// kind kSentencePieceBpe with pre "" or "default". Throws InputError naming `source` and `pre`
+  /// for any other ("qwen2" too: Qwen2 normalizes to NFC first, which pare lacks so far).
   void set_pipeline(Kind kind, const std::string& pre);
 };
 

@@ -233,6 +233,7 @@ TEST(TokenizerModel, GgufPresetsMatchTheirTokenizerJson) {
   EXPECT_EQ(m.pre_tokenizer[0].kind, PreTokenizerStep::Kind::kSplitLlama3);
   EXPECT_TRUE(m.ignore_merges);
   testing::expect_input_error([&] { m.set_pipeline(TokenizerModel::Kind::kByteLevelBpe, "deepseek-llm"); }, {"deepseek-llm"});
+  testing::expect_input_error([&] { m.set_pipeline(TokenizerModel::Kind::kByteLevelBpe, "qwen2"); }, {"qwen2"});
 }
 
 }  // namespace
