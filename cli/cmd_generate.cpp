@@ -24,6 +24,26 @@ struct GenerateCli {
   int threads = 0;
 };
 
+// Prints the text of the new tokens as they come: the decoded text grows, and what was not printed
+// yet is printed once it does not end inside a character (U+FFFD: bytes of a character to come).
+class TextStream {
+ public:
+  explicit TextStream(const lm::Tokenizer& tok) : tok_(tok) {}
+  void add(int64_t id) {
+    ids_.push_back(static_cast<int32_t>(id));
+    const std::string text = tok_.decode(ids_, /*skip_special_tokens=*/true);
+    if (text.size() >= 3 && text.compare(text.size() - 3, 3, "\xEF\xBF\xBD") == 0) return;
+    if (text.size() > printed_) std::cout << text.substr(printed_) << std::flush;
+    printed_ = text.size();
+  }
+  std::string text() const { return tok_.decode(ids_, true); }
+
+ private:
+  const lm::Tokenizer& tok_;
+  std::vector<int32_t> ids_;
+  size_t printed_ = 0;
+};
+
 void run_generate(GenerateCli& o) {
   train::set_threads(o.threads);
   PARE_CHECK(o.prompt.empty() != o.prompt_ids.empty(), "give the prompt as --prompt TEXT or --prompt-ids IDS (one of them)");
@@ -31,27 +51,37 @@ void run_generate(GenerateCli& o) {
   lm::BuildOptions build;
   build.kv_cache = true;
   const lm::LmModel m = lm::load_lm(o.model, build);
-  PARE_CHECK(o.prompt.empty(), o.model, ": --prompt TEXT needs the model's tokenizer, which pare cannot read yet; "
-             "give --prompt-ids");
-  for (int64_t id : o.prompt_ids)
+  std::vector<int64_t> prompt(o.prompt_ids.begin(), o.prompt_ids.end());
+  if (!o.prompt.empty()) {
+    PARE_CHECK(m.tok != nullptr, o.model, ": --prompt TEXT needs the model's tokenizer, and it has none "
+               "(a tokenizer.json beside config.json, or tokenizer.ggml.* in a GGUF file); give --prompt-ids");
+    for (int32_t id : m.tok->encode(o.prompt)) prompt.push_back(id);
+  }
+  for (int64_t id : prompt)
     PARE_CHECK(id >= 0 && id < m.config.vocab, "--prompt-ids: token ", id, " is outside the vocabulary [0, ",
                m.config.vocab, ")");
   if (!o.ignore_eos && m.config.eos >= 0) o.sampling.stop.push_back(m.config.eos);
   lm::Generator gen(m.graph);
   std::vector<int64_t> out;
-  const lm::GenerateStats s = gen.generate(o.prompt_ids, o.sampling, [&](int64_t id) {
+  std::unique_ptr<TextStream> stream;
+  if (m.tok && !o.json) {
+    stream = std::make_unique<TextStream>(*m.tok);
+    std::cout << o.prompt << std::flush;
+  }
+  const lm::GenerateStats s = gen.generate(prompt, o.sampling, [&](int64_t id) {
     out.push_back(id);
-    if (!o.json) std::cout << (out.size() > 1 ? " " : "") << id << std::flush;
+    if (stream) stream->add(id);
+    else if (!o.json) std::cout << (out.size() > 1 ? " " : "") << id << std::flush;
     return true;
   });
   if (o.json) {
-    std::cout << nlohmann::json({{"tokens", out}, {"prompt_tokens", s.prompt_tokens}, {"new_tokens", s.new_tokens},
-                                 {"prefill_seconds", s.prefill_seconds}, {"decode_seconds", s.decode_seconds},
-                                 {"decode_tokens_per_second", s.decode_tokens_per_second()}})
-                     .dump()
-              << "\n";
+    nlohmann::json j = {{"tokens", out}, {"prompt_tokens", s.prompt_tokens}, {"new_tokens", s.new_tokens},
+                        {"prefill_seconds", s.prefill_seconds}, {"decode_seconds", s.decode_seconds},
+                        {"decode_tokens_per_second", s.decode_tokens_per_second()}};
+    if (m.tok) j["text"] = m.tok->decode(std::vector<int32_t>(out.begin(), out.end()), true);
+    std::cout << j.dump() << "\n";
   } else {
-    std::cout << "\n";
+    std::cout << std::endl;
   }
   if (!o.quiet)
     std::fprintf(stderr, "%lld prompt tokens in %.3f s (%.1f tokens/s), %lld new tokens, decoding %.1f tokens/s\n",
@@ -65,7 +95,7 @@ void run_generate(GenerateCli& o) {
 void add_generate(CLI::App& app, Action& action) {
   auto* cmd = app.add_subcommand("generate", "Generate text with a language model (KV-cached decoding, streamed)");
   auto o = std::make_shared<GenerateCli>();
-  cmd->add_option("model", o->model, "Language model: hf:DIR (or a folder holding config.json)")->required();
+  cmd->add_option("model", o->model, "Language model: hf:DIR (or a folder holding config.json) or gguf:FILE")->required();
   cmd->add_option("--prompt,-p", o->prompt, "The prompt, as text (tokenized with the model's tokenizer)");
   cmd->add_option("--prompt-ids", o->prompt_ids, "The prompt as token ids, e.g. 1,2,3")->delimiter(',');
   cmd->add_option("--max-new-tokens,-n", o->sampling.max_new_tokens, "Tokens to generate")->capture_default_str();

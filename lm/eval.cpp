@@ -13,6 +13,13 @@ double PerplexityResult::tokens_per_second() const {
   return seconds > 0 ? static_cast<double>(windows * seq_len) / seconds : 0;
 }
 
+std::vector<int64_t> token_stream(const Tokenizer& tok, const std::vector<std::string>& docs) {
+  std::string text;
+  for (const std::string& d : docs) text += (text.empty() ? "" : "\n\n") + d;
+  const std::vector<int32_t> ids = tok.encode(text, /*add_special_tokens=*/true);
+  return {ids.begin(), ids.end()};
+}
+
 PerplexityResult perplexity(core::Module& model, const std::vector<int64_t>& stream, const PerplexityOptions& opts) {
   PARE_CHECK_OPTION(opts.seq_len >= 2, "seq_len", "must be at least 2, got ", opts.seq_len);
   PARE_CHECK_OPTION(opts.batch_size >= 1, "batch_size", "must be at least 1, got ", opts.batch_size);

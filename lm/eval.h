@@ -7,9 +7,11 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "core/module.h"
+#include "lm/tokenizer.h"
 
 namespace pare::lm {
 
@@ -30,6 +32,10 @@ struct PerplexityResult {
   int64_t windows = 0;
   int64_t seq_len = 0;
 };
+
+/// The documents as one token stream, as Hugging Face's perplexity guide makes it: joined by a
+/// blank line, encoded once with the tokenizer's special tokens (its BOS, if it adds one).
+std::vector<int64_t> token_stream(const Tokenizer& tok, const std::vector<std::string>& docs);
 
 /// `model` maps input_ids [batch, seq] to logits [batch, seq, vocab]. Throws InputError when the
 /// stream is shorter than two tokens.

@@ -79,6 +79,46 @@ std::map<std::string, at::Tensor> gguf_weights(const GgufFile& f, const LmConfig
   return out;
 }
 
+// The tokenizer llama.cpp's converter stored in the metadata (tokenizer.ggml.*).
+std::shared_ptr<const Tokenizer> gguf_tokenizer(const GgufFile& f) {
+  if (!f.has("tokenizer.ggml.model")) return nullptr;
+  const std::string kind = f.get_string("tokenizer.ggml.model");
+  PARE_CHECK(kind == "gpt2" || kind == "llama", f.path(), ": tokenizer.ggml.model '", kind,
+             "' is not one pare reads (gpt2: byte-level BPE, llama: SentencePiece-style BPE)");
+  PARE_CHECK(f.has("tokenizer.ggml.merges"), f.path(), ": the ", kind, " tokenizer has no tokenizer.ggml.merges "
+             "(SentencePiece scores instead of merges are not supported yet)");
+  TokenizerModel t;
+  t.source = f.path();
+  t.vocab = f.get_strings("tokenizer.ggml.tokens");
+  for (const std::string& m : f.get_strings("tokenizer.ggml.merges")) {
+    const size_t space = m.find(' ');
+    PARE_CHECK(space != std::string::npos && space > 0 && space + 1 < m.size(), f.path(),
+               ": tokenizer.ggml.merges holds '", m, "', not two tokens separated by a space");
+    t.merges.emplace_back(m.substr(0, space), m.substr(space + 1));
+  }
+  if (f.has("tokenizer.ggml.token_type")) {
+    const std::vector<int64_t> types = f.get_ints("tokenizer.ggml.token_type");
+    PARE_CHECK(types.size() == t.vocab.size(), f.path(), ": tokenizer.ggml.token_type has ", types.size(),
+               " entries for ", t.vocab.size(), " tokens");
+    for (size_t id = 0; id < types.size(); ++id)
+      if (types[id] == 3 || types[id] == 4) {  // control (special) and user-defined tokens
+        AddedToken a;
+        a.id = static_cast<int32_t>(id);
+        a.content = t.vocab[id];
+        a.special = types[id] == 3;
+        t.added.push_back(a);
+      }
+  }
+  t.bos_id = static_cast<int32_t>(f.get_int("tokenizer.ggml.bos_token_id", -1));
+  t.eos_id = static_cast<int32_t>(f.get_int("tokenizer.ggml.eos_token_id", -1));
+  t.pad_id = static_cast<int32_t>(f.get_int("tokenizer.ggml.padding_token_id", -1));
+  t.add_bos = f.has("tokenizer.ggml.add_bos_token") ? f.get_bool("tokenizer.ggml.add_bos_token") : kind == "llama";
+  t.add_eos = f.has("tokenizer.ggml.add_eos_token") && f.get_bool("tokenizer.ggml.add_eos_token");
+  t.set_pipeline(kind == "gpt2" ? TokenizerModel::Kind::kByteLevelBpe : TokenizerModel::Kind::kSentencePieceBpe,
+                 f.has("tokenizer.ggml.pre") ? f.get_string("tokenizer.ggml.pre") : "");
+  return std::make_shared<const Tokenizer>(std::move(t));
+}
+
 }  // namespace
 
 LmModel load_gguf(const std::string& path, const BuildOptions& opts) {
@@ -87,6 +127,7 @@ LmModel load_gguf(const std::string& path, const BuildOptions& opts) {
   m.config = gguf_config(f);
   m.graph = build_graph(m.config, gguf_weights(f, m.config), opts, path);
   m.graph.metadata["pare.lm.source"] = "gguf:" + path;
+  m.tok = gguf_tokenizer(f);
   return m;
 }
 

@@ -37,7 +37,10 @@ LmModel load_hf(const std::string& dir, const BuildOptions& opts) {
   m.graph = build_graph(m.config, load_hf_weights(dir), opts, dir);
   m.graph.metadata["pare.lm.source"] = "hf:" + dir;
   const std::string tok = join_path(dir, "tokenizer.json");
-  if (file_exists(tok)) m.tokenizer = tok;
+  if (file_exists(tok)) {
+    m.tokenizer = tok;
+    m.tok = std::make_shared<const Tokenizer>(Tokenizer::from_file(tok));
+  }
   return m;
 }
 

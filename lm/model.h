@@ -6,6 +6,7 @@
 //   lm::LmModel g = lm::load_lm("hf:ckpt", lm::BuildOptions{true});  // with the KV cache
 #pragma once
 
+#include <memory>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -13,6 +14,7 @@
 #include "core/graph.h"
 #include "lm/arch.h"
 #include "lm/builder.h"
+#include "lm/tokenizer.h"
 
 namespace pare::lm {
 
@@ -20,6 +22,8 @@ struct LmModel {
   LmConfig config;
   core::Graph graph;
   std::string tokenizer;  ///< path of tokenizer.json, "" when the source has none
+  /// The tokenizer, from tokenizer.json or the GGUF metadata; null when the source has none.
+  std::shared_ptr<const Tokenizer> tok;
 };
 
 /// True when `spec` names a language model source ("hf:..." or a folder holding config.json).
