@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include "core/error.h"
 
@@ -181,6 +182,33 @@ std::shared_ptr<MappedFile> MappedFile::open(const std::string& path) {
 
 MappedFile::~MappedFile() {
   if (data_) ::munmap(data_, static_cast<size_t>(size_));
+}
+
+void Hasher::add(const void* data, size_t n) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < n; ++i) h_ = (h_ ^ p[i]) * 0x100000001B3ULL;
+}
+
+void Hasher::add(const std::string& s) {
+  const uint64_t n = s.size();
+  add(&n, sizeof(n));
+  add(s.data(), s.size());
+}
+
+void Hasher::add_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  PARE_CHECK(in.good(), "cannot read '", path, "'");
+  std::vector<char> buf(1 << 20);
+  while (in) {
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    add(buf.data(), static_cast<size_t>(in.gcount()));
+  }
+}
+
+std::string Hasher::hex() const {
+  char out[17];
+  std::snprintf(out, sizeof(out), "%016llx", static_cast<unsigned long long>(h_));
+  return out;
 }
 
 }  // namespace pare

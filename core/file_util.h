@@ -63,6 +63,22 @@ class MappedFile {
   int64_t size_ = 0;
 };
 
+/// FNV-1a, 64 bits: change detection of files and inputs (a pipeline stage's, a token cache's),
+/// not security.
+class Hasher {
+ public:
+  void add(const void* data, size_t n);
+  /// The string's length, then its bytes (so "ab" + "c" and "a" + "bc" differ).
+  void add(const std::string& s);
+  /// The file's bytes. Throws InputError naming it when it cannot be read.
+  void add_file(const std::string& path);
+  /// 16 hex digits.
+  std::string hex() const;
+
+ private:
+  uint64_t h_ = 0xCBF29CE484222325ULL;
+};
+
 /// Directory part of `path` ("." when there is none).
 std::string dir_name(const std::string& path);
 

@@ -247,10 +247,12 @@ int64_t LmConfig::parameter_count() const {
   return n;
 }
 
-LmConfig parse_hf_config(const std::string& path) {
+LmConfig parse_hf_config(const std::string& path) { return parse_hf_config_text(read_file(path), path); }
+
+LmConfig parse_hf_config_text(const std::string& text, const std::string& path) {
   json j;
   try {
-    j = json::parse(read_file(path));
+    j = json::parse(text);
   } catch (const json::exception& e) {
     throw InputError(path + ": not JSON: " + e.what());
   }

@@ -85,5 +85,7 @@ struct LmConfig {
 /// architecture the table lacks, a key no row reads or knows to be harmless, or a value pare does
 /// not support (a sliding window shorter than the context, a rope type other than llama3, ...).
 LmConfig parse_hf_config(const std::string& path);
+/// The same from the file's text; `what` names it in errors.
+LmConfig parse_hf_config_text(const std::string& text, const std::string& what);
 
 }  // namespace pare::lm

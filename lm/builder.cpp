@@ -26,7 +26,8 @@ std::string sizes_str(at::IntArrayRef s) {
 class Builder {
  public:
   Builder(const LmConfig& c, const std::map<std::string, at::Tensor>& w, const BuildOptions& o, const std::string& what)
-      : c_(c), f_(*c.family), w_(w), kv_(o.kv_cache), what_(what), dtype_(o.dtype.value_or(dtype_of(c.dtype))) {
+      : c_(c), f_(*c.family), w_(w), kv_(o.kv_cache), what_(what), dtype_(o.dtype.value_or(dtype_of(c.dtype))),
+        init_(o.init) {
     g_.name = f_.architecture;
     g_.opset = 23;
   }
@@ -197,6 +198,12 @@ class Builder {
   // A checkpoint tensor by name, checked against `shape`, converted to the graph's type.
   at::Tensor take(const std::string& name, const std::vector<int64_t>& shape) {
     auto it = w_.find(name);
+    if (it == w_.end() && init_) {
+      used_.insert(name);
+      auto made = made_.find(name);
+      if (made == made_.end()) made = made_.emplace(name, init_(name, shape).to(dtype_)).first;
+      return made->second;
+    }
     PARE_CHECK(it != w_.end(), what_, ": tensor '", name, "' is missing (", f_.architecture, " with ", c_.layers,
                " layers needs it)");
     PARE_CHECK(it->second.sizes() == at::IntArrayRef(shape), what_, ": tensor '", name, "' has shape ",
@@ -235,6 +242,8 @@ class Builder {
   at::ScalarType dtype_;
   core::Graph g_;
   std::set<std::string> used_;
+  std::function<at::Tensor(const std::string&, const std::vector<int64_t>&)> init_;
+  std::map<std::string, at::Tensor> made_;  ///< tensors init_ made, by name (a tied head reuses the embedding)
   std::string positions_, cos_, sin_;
 };
 

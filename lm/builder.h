@@ -11,9 +11,11 @@
 
 #include <ATen/ATen.h>
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/graph.h"
 #include "lm/arch.h"
@@ -26,6 +28,9 @@ struct BuildOptions {
   /// another type are converted (a copy); weights of this type are used in place (a mapped
   /// checkpoint stays mapped).
   std::optional<at::ScalarType> dtype;
+  /// Makes a tensor the weights lack, by name and shape (a new model: lm::init_weights); without
+  /// it a missing tensor is an error.
+  std::function<at::Tensor(const std::string& name, const std::vector<int64_t>& shape)> init;
 };
 
 /// Builds the graph. `weights` are by Hugging Face name ("model.layers.0.self_attn.q_proj.weight");

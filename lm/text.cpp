@@ -24,8 +24,9 @@ std::vector<std::string> split_commas(const std::string& s) {
   return out;
 }
 
-std::vector<std::string> load_jsonl(const std::string& path, const std::string& field) {
-  const std::string text = read_file(path);
+}  // namespace
+
+std::vector<std::string> parse_jsonl(const std::string& text, const std::string& field, const std::string& path) {
   std::vector<std::string> docs;
   size_t at = 0;
   for (int64_t lineno = 1; at < text.size(); ++lineno) {
@@ -43,8 +44,6 @@ std::vector<std::string> load_jsonl(const std::string& path, const std::string& 
   }
   return docs;
 }
-
-}  // namespace
 
 std::vector<std::string> split_paragraphs(const std::string& text) {
   std::vector<std::string> docs;
@@ -67,6 +66,16 @@ std::vector<std::string> split_paragraphs(const std::string& text) {
   return docs;
 }
 
+std::vector<std::string> text_files(const std::string& spec) {
+  if (spec.rfind("text:", 0) == 0) return split_commas(spec.substr(5));
+  if (spec.rfind("jsonl:", 0) == 0) {
+    const std::string rest = spec.substr(6);
+    const size_t colon = rest.rfind(':');
+    return {colon == std::string::npos ? rest : rest.substr(0, colon)};
+  }
+  throw InputError("text data spec must be 'text:FILE[,FILE...]' or 'jsonl:FILE[:FIELD]', got '" + spec + "'");
+}
+
 std::vector<std::string> load_text(const std::string& spec, const std::string& split) {
   PARE_CHECK(split == "all" || split == "train" || split == "test", "text split must be all, train or test, got '",
              split, "'");
@@ -81,7 +90,7 @@ std::vector<std::string> load_text(const std::string& spec, const std::string& s
     const size_t colon = path.rfind(':');
     if (colon != std::string::npos) field = path.substr(colon + 1), path = path.substr(0, colon);
     PARE_CHECK(!path.empty() && !field.empty(), "jsonl data spec must be 'jsonl:FILE[:FIELD]', got '", spec, "'");
-    docs = load_jsonl(path, field);
+    docs = parse_jsonl(read_file(path), field, path);
   } else {
     throw InputError("text data spec must be 'text:FILE[,FILE...]' or 'jsonl:FILE[:FIELD]', got '" + spec + "'");
   }

@@ -18,6 +18,14 @@ namespace pare::lm {
 /// string FIELD, or a split with no document.
 std::vector<std::string> load_text(const std::string& spec, const std::string& split = "all");
 
+/// The documents of a jsonl text (one JSON object per line, its string `field`); `what` names it in
+/// errors.
+std::vector<std::string> parse_jsonl(const std::string& text, const std::string& field, const std::string& what);
+
+/// The files `spec` reads (text: each file; jsonl: the one file). Throws InputError for a spec of
+/// another kind.
+std::vector<std::string> text_files(const std::string& spec);
+
 /// The documents of one text file's contents (paragraphs; see above). Empty documents are dropped.
 std::vector<std::string> split_paragraphs(const std::string& text);
 

@@ -44,37 +44,6 @@ void forward_signal(int sig) {
   if (g_child > 0) ::kill(g_child, sig);
 }
 
-// FNV-1a, 64 bits: change detection of the stages' inputs, not security.
-class Hasher {
- public:
-  void add(const void* data, size_t n) {
-    const auto* p = static_cast<const unsigned char*>(data);
-    for (size_t i = 0; i < n; ++i) h_ = (h_ ^ p[i]) * 0x100000001B3ULL;
-  }
-  void add(const std::string& s) {
-    const uint64_t n = s.size();
-    add(&n, sizeof(n));
-    add(s.data(), s.size());
-  }
-  void add_file(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    PARE_CHECK(in.good(), "cannot read '", path, "'");
-    std::vector<char> buf(1 << 20);
-    while (in) {
-      in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-      add(buf.data(), static_cast<size_t>(in.gcount()));
-    }
-  }
-  std::string hex() const {
-    char out[17];
-    std::snprintf(out, sizeof(out), "%016llx", static_cast<unsigned long long>(h_));
-    return out;
-  }
-
- private:
-  uint64_t h_ = 0xCBF29CE484222325ULL;
-};
-
 std::string file_hash(const std::string& path) {
   Hasher h;
   h.add_file(path);
