@@ -1,29 +1,60 @@
 // pare export MODEL --target onnx|rt --out FILE [--sparse auto|on|off] [--metadata KEY=VALUE ...] [--json]
+// pare export LM --target hf --out DIR [--max-shard-size 2GB] [--metadata KEY=VALUE ...] [--json]
 #include <iostream>
 
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/onnx_io.h"
 #include "export/onnx_export.h"
+#include "lm/hf_export.h"
+#include "lm/model.h"
 
 namespace pare::cli {
 
 namespace {
 
 struct ExportArgs {
-  std::string model, out, target, sparse = "auto";
+  std::string model, out, target, sparse, max_shard_size;
   std::vector<std::string> metadata;
   bool json = false;
 };
 
-void run_export(const ExportArgs& a) {
-  exporter::ExportOptions opts;
-  opts.target(exporter::parse_target(a.target)).sparse(exporter::parse_sparse_mode(a.sparse));
+std::vector<std::pair<std::string, std::string>> metadata_pairs(const ExportArgs& a) {
+  std::vector<std::pair<std::string, std::string>> out;
   for (const auto& kv : a.metadata) {
     const auto eq = kv.find('=');
     PARE_CHECK(eq != std::string::npos && eq > 0, "--metadata takes KEY=VALUE, got '", kv, "'");
-    opts.metadata(kv.substr(0, eq), kv.substr(eq + 1));
+    out.emplace_back(kv.substr(0, eq), kv.substr(eq + 1));
   }
+  return out;
+}
+
+// A Hugging Face checkpoint folder needs a language model's config, which only an LM source has:
+// a plain ONNX graph does not say which family and dimensions it is.
+void run_export_hf(const ExportArgs& a) {
+  PARE_CHECK(a.sparse.empty(), "--sparse applies to --target onnx and rt, not hf (safetensors are dense)");
+  lm::HfExportOptions opts;
+  opts.max_shard_bytes(lm::parse_byte_size(a.max_shard_size.empty() ? "2GB" : a.max_shard_size));
+  for (const auto& [key, value] : metadata_pairs(a)) opts.metadata(key, value);
+  PARE_CHECK(lm::is_lm_spec(a.model), "--target hf writes language models, and '", a.model, "' is none: give hf:DIR, "
+             "gguf:FILE, a folder holding config.json or a .gguf file (an ONNX file or zoo model carries no "
+             "config.json to write)");
+  const lm::HfExportResult r = lm::save_hf(lm::load_lm(a.model), a.out, opts);
+  if (a.json) {
+    nlohmann::json j = lm::to_json(r);
+    j["model"] = a.model;
+    std::cout << j.dump(2) << "\n";
+  } else {
+    std::cout << lm::to_text(r);
+  }
+}
+
+void run_export(const ExportArgs& a) {
+  if (a.target == "hf") return run_export_hf(a);
+  PARE_CHECK(a.max_shard_size.empty(), "--max-shard-size applies to --target hf, not ", a.target);
+  exporter::ExportOptions opts;
+  opts.target(exporter::parse_target(a.target)).sparse(exporter::parse_sparse_mode(a.sparse.empty() ? "auto" : a.sparse));
+  for (const auto& [key, value] : metadata_pairs(a)) opts.metadata(key, value);
   const core::Graph g = core::load_model(a.model);
   const exporter::ExportResult r = exporter::export_model(g, a.out, opts);
   if (a.json) {
@@ -39,7 +70,8 @@ void run_export(const ExportArgs& a) {
 
 void add_export(CLI::App& app, Action& action) {
   auto* cmd = app.add_subcommand(
-      "export", "Write a model for a target: ONNX with pruned weights as sparse initializers, or a file pare_rt loads");
+      "export", "Write a model for a target: ONNX with pruned weights as sparse initializers, a file pare_rt loads, or "
+                "a language model as a Hugging Face checkpoint folder");
   cmd->footer(
       "--sparse: a sparse (COO) initializer stores each nonzero as its value and an int64 index, so it is smaller "
       "below a density of 1/3 for float32 and 1/9 for int8. auto stores sparse exactly the initializers it makes "
@@ -47,21 +79,33 @@ void add_export(CLI::App& app, Action& action) {
       "off stores none. "
       "Readers (ONNX Runtime, pare, pare_rt) make them dense at load. The model's metadata is kept; pare.version and "
       "pare.export (how it was exported) are added. --target rt: pare_rt must load the result, else the command "
-      "exits 2 naming the node and why, and writes nothing.\n");
+      "exits 2 naming the node and why, and writes nothing. --target hf (language models only: hf:DIR, gguf:FILE): "
+      "config.json, the weights as safetensors under their Hugging Face names, sharded past --max-shard-size with "
+      "model.safetensors.index.json, and tokenizer.json, tokenizer_config.json, special_tokens_map.json and "
+      "chat_template.jinja when the model's folder has them; the folder is written whole (staged as OUT.partial, "
+      "then swapped in), and an existing OUT must be a checkpoint or empty.\n");
   auto a = std::make_shared<ExportArgs>();
-  cmd->add_option("model", a->model, "ONNX file or zoo spec (mlp:784-300-100-10, cnn, ...)")->required();
+  cmd->add_option("model", a->model,
+                  "ONNX file or zoo spec (mlp:784-300-100-10, cnn, ...); for --target hf a language model (hf:DIR, "
+                  "gguf:FILE)")->required();
   cmd->add_option("--target", a->target,
                   "onnx: an ONNX file for any runtime (onnx.checker passes it); rt: also checked to load in "
-                  "pare_rt, the oneDNN edge runtime (pare run --engine rt)")
-      ->check(CLI::IsMember({"onnx", "rt"}))
+                  "pare_rt, the oneDNN edge runtime (pare run --engine rt); hf: a Hugging Face checkpoint folder "
+                  "(transformers' from_pretrained loads it)")
+      ->check(CLI::IsMember({"onnx", "rt", "hf"}))
       ->required();
-  cmd->add_option("--out,-o", a->out, "The file to write (written atomically; nothing on failure)")->required();
-  cmd->add_option("--sparse", a->sparse, "Which initializers to store as sparse_initializer (COO): auto, on or off")
-      ->check(CLI::IsMember({"auto", "on", "off"}))
-      ->capture_default_str();
-  cmd->add_option("--metadata", a->metadata, "KEY=VALUE: one more metadata_props entry (repeat the option for more)")
+  cmd->add_option("--out,-o", a->out,
+                  "The file to write (a folder for --target hf); written atomically, nothing on failure")->required();
+  cmd->add_option("--sparse", a->sparse,
+                  "Which initializers to store as sparse_initializer (COO): auto (default), on or off")
+      ->check(CLI::IsMember({"auto", "on", "off"}));
+  cmd->add_option("--max-shard-size", a->max_shard_size,
+                  "--target hf: the most bytes in one safetensors file before the weights are sharded, as "
+                  "transformers spells it: 2GB (default), 500MB, 100KiB, or bytes; 0 never shards");
+  cmd->add_option("--metadata", a->metadata, "KEY=VALUE: one more metadata_props entry (--target hf: safetensors __metadata__ entry; repeat the option "
+                  "for more)")
       ->allow_extra_args(false);
-  cmd->add_flag("--json", a->json, "Print the summary as JSON (bytes, and per initializer: density, sizes, decision)");
+  cmd->add_flag("--json", a->json, "Print the summary as JSON (bytes, and per initializer: density, sizes, decision; for hf: tensors, shards, files)");
   cmd->callback([&action, a] { action = [a] { run_export(*a); }; });
 }
 

@@ -217,6 +217,25 @@ std::string hf_name_of(const Family& f, const std::string& gguf) {
   return "";
 }
 
+Role role_of(const Family& f, const std::string& name) {
+  const size_t dot = name.rfind('.');
+  if (dot == std::string::npos) return nullptr;
+  const std::string base = name.substr(0, dot), suffix = name.substr(dot);
+  if (suffix != ".weight" && suffix != ".bias") return nullptr;
+  for (Role role : kRoles) {
+    std::string layer;
+    if (*(f.names.*role) && match_role(f.names.*role, base, layer)) return role;
+  }
+  return nullptr;
+}
+
+bool is_linear_role(Role r) {
+  for (Role linear : {&TensorNames::q, &TensorNames::k, &TensorNames::v, &TensorNames::qkv, &TensorNames::o,
+                      &TensorNames::gate, &TensorNames::up, &TensorNames::down, &TensorNames::lm_head})
+    if (r == linear) return true;
+  return false;
+}
+
 void LmConfig::validate(const std::string& what) const {
   auto positive = [&](int64_t v, const char* field) {
     PARE_CHECK(v > 0, what, ": ", field, " must be positive, got ", v);
@@ -285,6 +304,61 @@ LmConfig parse_hf_config_text(const std::string& text, const std::string& path) 
   else read_llama_like(r, c);
   c.validate(path);
   return c;
+}
+
+}  // namespace pare::lm
+
+namespace pare::lm {
+
+namespace {
+
+json token_or_null(int64_t id) { return id >= 0 ? json(id) : json(nullptr); }
+
+// The keys read_llama_like reads, as transformers 5 writes them.
+void write_llama_like(const LmConfig& c, json& j) {
+  j["hidden_size"] = c.hidden;
+  j["num_hidden_layers"] = c.layers;
+  j["num_attention_heads"] = c.heads;
+  j["num_key_value_heads"] = c.kv_heads;
+  j["head_dim"] = c.head_dim;
+  j["intermediate_size"] = c.intermediate;
+  j["max_position_embeddings"] = c.max_positions;
+  j["rms_norm_eps"] = c.norm_eps;
+  j["hidden_act"] = "silu";
+  json rope = {{"rope_theta", c.rope_theta}, {"rope_type", "default"}};
+  if (c.rope_factor > 0)
+    rope.update({{"rope_type", "llama3"}, {"factor", c.rope_factor}, {"low_freq_factor", c.rope_low_freq},
+                 {"high_freq_factor", c.rope_high_freq}, {"original_max_position_embeddings", c.rope_original_max}});
+  j["rope_parameters"] = rope;
+  // Mistral's class defaults to a 4096-token window; pare's models attend to the whole context.
+  j["sliding_window"] = nullptr;
+  // Only Llama's and Qwen3's classes read these; written when set, so that the others' configs
+  // carry no key their class ignores.
+  if (c.attention_bias) j["attention_bias"] = true;
+  if (c.mlp_bias) j["mlp_bias"] = true;
+}
+
+void write_gpt2(const LmConfig& c, json& j) {
+  j["n_embd"] = c.hidden;
+  j["n_layer"] = c.layers;
+  j["n_head"] = c.heads;
+  j["n_inner"] = c.intermediate;
+  j["n_positions"] = c.max_positions;
+  j["layer_norm_epsilon"] = c.norm_eps;
+  j["activation_function"] = "gelu_new";
+}
+
+}  // namespace
+
+std::string hf_config_json(const LmConfig& c) {
+  PARE_ASSERT(c.family != nullptr);
+  json j = {{"architectures", {c.family->architecture}}, {"model_type", c.family->model_type},
+            {"vocab_size", c.vocab}, {"tie_word_embeddings", c.tie_embeddings}, {"dtype", c.dtype},
+            {"torch_dtype", c.dtype}, {"bos_token_id", token_or_null(c.bos)}, {"eos_token_id", token_or_null(c.eos)},
+            {"pad_token_id", token_or_null(c.pad)}};
+  if (c.family->positions == Positions::kLearned) write_gpt2(c, j);
+  else write_llama_like(c, j);
+  return j.dump(2) + "\n";
 }
 
 }  // namespace pare::lm

@@ -53,6 +53,15 @@ const TensorNames& gguf_names();
 /// "model.layers.3.self_attn.q_proj.weight" for Llama), or "" when no role of `f` has it.
 std::string hf_name_of(const Family& f, const std::string& gguf);
 
+/// A role of TensorNames (&TensorNames::q, ...).
+using Role = const char* TensorNames::*;
+/// The role of the Hugging Face tensor `name` in family `f` ("model.layers.3.self_attn.q_proj.bias" ->
+/// &TensorNames::q), or nullptr when no role has it (rotary tables, shape constants, "<embed>.weight.T").
+Role role_of(const Family& f, const std::string& name);
+/// True for the roles that are linear layers (q, k, v, qkv, o, gate, up, down, lm_head), whose
+/// weights the graph holds as [in, out] for MatMul.
+bool is_linear_role(Role r);
+
 /// Every family, in table order.
 const std::vector<Family>& families();
 /// The row whose architecture, model_type or (first) GGUF architecture is `name`, or nullptr.
@@ -87,5 +96,11 @@ struct LmConfig {
 LmConfig parse_hf_config(const std::string& path);
 /// The same from the file's text; `what` names it in errors.
 LmConfig parse_hf_config_text(const std::string& text, const std::string& what);
+
+/// The config.json of `c` as transformers 5 writes it for the family (parse_hf_config's inverse):
+/// architectures and model_type, the dimensions under the family's own key names (GPT-2: n_embd,
+/// n_layer, ...), rope_parameters (with llama3 scaling), tie_word_embeddings, dtype (and
+/// torch_dtype, which transformers 4 reads), the bos/eos/pad ids (null when unset). Text, indented.
+std::string hf_config_json(const LmConfig& c);
 
 }  // namespace pare::lm

@@ -1,0 +1,232 @@
+// lm/hf_export: a language model written as a Hugging Face checkpoint reads back (in pare) as the
+// same config and the same tensors, bit for bit, sharded or not; what is no checkpoint (a quantized
+// or missing weight, a folder of other files) is refused with nothing written. transformers' side is
+// tests/peer/hf_export_test.sh.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/file_util.h"
+#include "lm/hf.h"
+#include "lm/hf_export.h"
+#include "tests/test_util.h"
+
+namespace pare::lm {
+namespace {
+
+using testing::TempDir;
+
+LmConfig tiny_config(const char* family) {
+  LmConfig c;
+  c.family = find_family(family);
+  c.vocab = 40, c.hidden = 16, c.layers = 2, c.heads = 4, c.kv_heads = 2, c.head_dim = 4, c.intermediate = 24;
+  c.max_positions = 64, c.bos = 1, c.eos = 2;
+  if (c.family->positions == Positions::kLearned) {
+    c.kv_heads = c.heads, c.norm_eps = 1e-5, c.tie_embeddings = true;
+  } else {
+    c.rope_theta = 50000, c.rope_factor = 8, c.rope_original_max = 16;
+  }
+  return c;
+}
+
+// Random weights under the checkpoint's names and layouts.
+std::map<std::string, at::Tensor> random_weights(const LmConfig& c) {
+  at::manual_seed(3);
+  std::map<std::string, at::Tensor> w;
+  auto add = [&](const std::string& name, std::vector<int64_t> shape) { w[name] = at::randn(shape); };
+  const int64_t h = c.hidden, q = c.heads * c.head_dim, kv = c.kv_heads * c.head_dim, m = c.intermediate;
+  if (c.family->positions == Positions::kLearned) {
+    add("transformer.wte.weight", {c.vocab, h});
+    add("transformer.wpe.weight", {c.max_positions, h});
+    for (int64_t i = 0; i < c.layers; ++i) {
+      const std::string p = "transformer.h." + std::to_string(i) + ".";
+      for (const char* n : {"ln_1", "ln_2"}) add(p + n + ".weight", {h}), add(p + n + ".bias", {h});
+      add(p + "attn.c_attn.weight", {h, 3 * h}), add(p + "attn.c_attn.bias", {3 * h});
+      add(p + "attn.c_proj.weight", {h, h}), add(p + "attn.c_proj.bias", {h});
+      add(p + "mlp.c_fc.weight", {h, m}), add(p + "mlp.c_fc.bias", {m});
+      add(p + "mlp.c_proj.weight", {m, h}), add(p + "mlp.c_proj.bias", {h});
+    }
+    add("transformer.ln_f.weight", {h}), add("transformer.ln_f.bias", {h});
+    return w;
+  }
+  add("model.embed_tokens.weight", {c.vocab, h});
+  for (int64_t i = 0; i < c.layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    add(p + "input_layernorm.weight", {h}), add(p + "post_attention_layernorm.weight", {h});
+    add(p + "self_attn.q_proj.weight", {q, h}), add(p + "self_attn.k_proj.weight", {kv, h});
+    add(p + "self_attn.v_proj.weight", {kv, h}), add(p + "self_attn.o_proj.weight", {h, q});
+    add(p + "mlp.gate_proj.weight", {m, h}), add(p + "mlp.up_proj.weight", {m, h}), add(p + "mlp.down_proj.weight", {h, m});
+  }
+  add("model.norm.weight", {h});
+  if (!c.tie_embeddings) add("lm_head.weight", {c.vocab, h});
+  return w;
+}
+
+LmModel make_model(const LmConfig& c, const std::map<std::string, at::Tensor>& w) {
+  LmModel m;
+  m.config = c;
+  m.graph = build_graph(c, w, {}, "test weights");
+  return m;
+}
+
+void expect_same_tensors(const std::map<std::string, at::Tensor>& want, const std::map<std::string, at::Tensor>& got) {
+  ASSERT_EQ(want.size(), got.size());
+  for (const auto& [name, t] : want) {
+    ASSERT_TRUE(got.count(name)) << name;
+    EXPECT_TRUE(testing::bitwise_equal(t, got.at(name))) << name;
+  }
+}
+
+TEST(ParseByteSize, TakesTransformersSpellings) {
+  EXPECT_EQ(parse_byte_size("2GB"), 2'000'000'000);
+  EXPECT_EQ(parse_byte_size("500MB"), 500'000'000);
+  EXPECT_EQ(parse_byte_size("100KiB"), 102'400);
+  EXPECT_EQ(parse_byte_size("3GiB"), int64_t{3} << 30);
+  EXPECT_EQ(parse_byte_size("4096"), 4096);
+  EXPECT_EQ(parse_byte_size("7B"), 7);
+  EXPECT_EQ(parse_byte_size("0"), 0);
+}
+
+TEST(ParseByteSize, RefusesOtherSpellings) {
+  for (const char* bad : {"2gb", "1.5GB", "GB", "-1", "2 GB", "", "5XB", "99999999999999999999"})
+    testing::expect_input_error([&] { parse_byte_size(bad); }, {"max_shard_size", "'" + std::string(bad) + "'"});
+}
+
+TEST(HfExport, WritesLlamaBackBitForBitInShards) {
+  const LmConfig c = tiny_config("llama");
+  const auto w = random_weights(c);
+  TempDir tmp;
+  const std::string dir = tmp.file("ckpt");
+  const HfExportResult r = save_hf(make_model(c, w), dir, HfExportOptions().max_shard_bytes(4000));
+  EXPECT_GT(r.shards, 2);
+  EXPECT_EQ(r.tensors, static_cast<int64_t>(w.size()));
+  EXPECT_TRUE(file_exists(join_path(dir, "model.safetensors.index.json")));
+  EXPECT_FALSE(file_exists(join_path(dir, "tokenizer.json")));
+  EXPECT_FALSE(file_exists(dir + ".partial/config.json"));
+  expect_same_tensors(w, load_hf_weights(dir));
+  const LmConfig back = parse_hf_config(join_path(dir, "config.json"));
+  EXPECT_EQ(back.family, c.family);
+  EXPECT_EQ(back.vocab, c.vocab);
+  EXPECT_EQ(back.hidden, c.hidden);
+  EXPECT_EQ(back.layers, c.layers);
+  EXPECT_EQ(back.heads, c.heads);
+  EXPECT_EQ(back.kv_heads, c.kv_heads);
+  EXPECT_EQ(back.head_dim, c.head_dim);
+  EXPECT_EQ(back.intermediate, c.intermediate);
+  EXPECT_EQ(back.max_positions, c.max_positions);
+  EXPECT_EQ(back.rope_theta, c.rope_theta);
+  EXPECT_EQ(back.rope_factor, c.rope_factor);
+  EXPECT_EQ(back.rope_original_max, c.rope_original_max);
+  EXPECT_EQ(back.norm_eps, c.norm_eps);
+  EXPECT_EQ(back.tie_embeddings, false);
+  EXPECT_EQ(back.bos, 1);
+  EXPECT_EQ(back.eos, 2);
+  EXPECT_EQ(back.pad, -1);
+  const auto j = nlohmann::json::parse(read_file(join_path(dir, "config.json")));
+  EXPECT_EQ(j["architectures"][0], "LlamaForCausalLM");
+  EXPECT_EQ(j["rope_parameters"]["rope_type"], "llama3");
+  EXPECT_EQ(j["dtype"], "float32");
+  EXPECT_FALSE(j.contains("attention_bias"));
+}
+
+TEST(HfExport, WritesGpt2ConvWeightsAsStoredAndLeavesOutTheTiedHead) {
+  const LmConfig c = tiny_config("gpt2");
+  const auto w = random_weights(c);
+  TempDir tmp;
+  const HfExportResult r = save_hf(make_model(c, w), tmp.file("gpt2"));
+  EXPECT_EQ(r.shards, 1);
+  EXPECT_TRUE(file_exists(tmp.file("gpt2/model.safetensors")));
+  expect_same_tensors(w, load_hf_weights(tmp.file("gpt2")));  // no lm_head, no constants
+  const auto j = nlohmann::json::parse(read_file(tmp.file("gpt2/config.json")));
+  EXPECT_EQ(j["n_embd"], 16);
+  EXPECT_EQ(j["n_inner"], 24);
+  EXPECT_EQ(j["tie_word_embeddings"], true);
+  EXPECT_FALSE(j.contains("hidden_size"));
+  // And pare loads it back as the graph it came from.
+  const LmModel back = load_hf(tmp.file("gpt2"));
+  EXPECT_EQ(back.graph.initializers.size(), make_model(c, w).graph.initializers.size());
+}
+
+TEST(HfExport, UntiesAHeadThatNoLongerEqualsTheEmbedding) {
+  LmConfig c = tiny_config("llama");
+  c.tie_embeddings = true;
+  const auto w = random_weights(c);
+  LmModel m = make_model(c, w);
+  at::Tensor& head = m.graph.initializers.at("model.embed_tokens.weight.T");
+  head = head.clone() * 2;  // as training the two apart would leave them
+  TempDir tmp;
+  save_hf(m, tmp.file("ckpt"));
+  const auto got = load_hf_weights(tmp.file("ckpt"));
+  ASSERT_TRUE(got.count("lm_head.weight"));
+  EXPECT_TRUE(testing::bitwise_equal(got.at("lm_head.weight"), head.t().contiguous()));
+  EXPECT_FALSE(parse_hf_config(tmp.file("ckpt/config.json")).tie_embeddings);
+  // Left equal, the head stays tied and is not written.
+  save_hf(make_model(c, w), tmp.file("tied"));
+  EXPECT_FALSE(load_hf_weights(tmp.file("tied")).count("lm_head.weight"));
+}
+
+TEST(HfExport, WritesAPrunedMlpWithItsNewWidth) {
+  const LmConfig c = tiny_config("llama");
+  const auto w = random_weights(c);
+  LmModel m = make_model(c, w);
+  for (auto& [name, t] : m.graph.initializers) {  // keep 16 of the 24 hidden units in every layer
+    if (name.find("gate_proj.weight") != std::string::npos || name.find("up_proj.weight") != std::string::npos)
+      t = t.narrow(1, 0, 16).contiguous();
+    if (name.find("down_proj.weight") != std::string::npos) t = t.narrow(0, 0, 16).contiguous();
+  }
+  TempDir tmp;
+  save_hf(m, tmp.file("ckpt"));
+  EXPECT_EQ(parse_hf_config(tmp.file("ckpt/config.json")).intermediate, 16);
+  EXPECT_TRUE(testing::bitwise_equal(load_hf_weights(tmp.file("ckpt")).at("model.layers.1.mlp.down_proj.weight"),
+                                     w.at("model.layers.1.mlp.down_proj.weight").narrow(1, 0, 16).contiguous()));
+}
+
+TEST(HfExport, RefusesWeightsThatAreNoCheckpointWritingNothing) {
+  const LmConfig c = tiny_config("llama");
+  TempDir tmp;
+  LmModel missing = make_model(c, random_weights(c));
+  missing.graph.initializers.erase("model.layers.1.self_attn.k_proj.weight");
+  testing::expect_input_error([&] { save_hf(missing, tmp.file("a")); },
+                              {"LlamaForCausalLM checkpoint", "model.layers.1.self_attn.k_proj.weight", "missing"});
+  LmModel quantized = make_model(c, random_weights(c));
+  quantized.graph.initializers["model.layers.0.mlp.up_proj.weight"] =
+      quantized.graph.initializers["model.layers.0.mlp.up_proj.weight"].to(at::kChar);
+  testing::expect_input_error([&] { save_hf(quantized, tmp.file("b")); }, {"model.layers.0.mlp.up_proj.weight", "int8"});
+  EXPECT_TRUE(tmp.list().empty());
+}
+
+TEST(HfExport, ReplacesACheckpointButNotAFolderOfOtherFiles) {
+  const LmConfig c = tiny_config("llama");
+  const LmModel m = make_model(c, random_weights(c));
+  TempDir tmp;
+  const std::string dir = tmp.file("ckpt");
+  save_hf(m, dir, HfExportOptions().max_shard_bytes(4000));
+  save_hf(m, dir);  // the shards of the first export go with it
+  EXPECT_FALSE(file_exists(join_path(dir, "model.safetensors.index.json")));
+  EXPECT_TRUE(file_exists(join_path(dir, "model.safetensors")));
+  make_dirs(tmp.file("notes"));
+  testing::write_bytes(tmp.file("notes/todo.txt"), "keep me");
+  testing::expect_input_error([&] { save_hf(m, tmp.file("notes")); }, {"notes", "no Hugging Face checkpoint"});
+  EXPECT_EQ(read_file(tmp.file("notes/todo.txt")), "keep me");
+  testing::expect_input_error([&] { save_hf(m, tmp.file("missing/parent/ckpt")); }, {"missing/parent"});
+}
+
+TEST(HfExport, CopiesTheTokenizerFilesBesideTheModel) {
+  const LmConfig c = tiny_config("llama");
+  LmModel m = make_model(c, random_weights(c));
+  TempDir tmp;
+  make_dirs(tmp.file("src"));
+  testing::write_bytes(tmp.file("src/tokenizer.json"), "{\"model\": {}}");
+  testing::write_bytes(tmp.file("src/tokenizer_config.json"), "{\"bos_token\": \"<s>\"}");
+  m.tokenizer = tmp.file("src/tokenizer.json");
+  const HfExportResult r = save_hf(m, tmp.file("out"));
+  EXPECT_EQ(read_file(tmp.file("out/tokenizer.json")), "{\"model\": {}}");
+  EXPECT_EQ(read_file(tmp.file("out/tokenizer_config.json")), "{\"bos_token\": \"<s>\"}");
+  EXPECT_FALSE(file_exists(tmp.file("out/special_tokens_map.json")));
+  EXPECT_EQ(r.files.size(), 4u);  // config.json, model.safetensors and the two
+}
+
+}  // namespace
+}  // namespace pare::lm
