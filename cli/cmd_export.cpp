@@ -29,24 +29,29 @@ std::vector<std::pair<std::string, std::string>> metadata_pairs(const ExportArgs
   return out;
 }
 
+// exporter::ExportResult or lm::HfExportResult, whose to_json / to_text are found by argument type.
+template <class Result>
+void print_result(const ExportArgs& a, const Result& r) {
+  if (a.json) {
+    nlohmann::json j = to_json(r);
+    j["model"] = a.model;
+    std::cout << j.dump(2) << "\n";
+  } else {
+    std::cout << to_text(r);
+  }
+}
+
 // A Hugging Face checkpoint folder needs a language model's config, which only an LM source has:
 // a plain ONNX graph does not say which family and dimensions it is.
 void run_export_hf(const ExportArgs& a) {
   PARE_CHECK(a.sparse.empty(), "--sparse applies to --target onnx and rt, not hf (safetensors are dense)");
   lm::HfExportOptions opts;
-  opts.max_shard_bytes(lm::parse_byte_size(a.max_shard_size.empty() ? "2GB" : a.max_shard_size));
+  if (!a.max_shard_size.empty()) opts.max_shard_bytes(lm::parse_byte_size(a.max_shard_size));
   for (const auto& [key, value] : metadata_pairs(a)) opts.metadata(key, value);
   PARE_CHECK(lm::is_lm_spec(a.model), "--target hf writes language models, and '", a.model, "' is none: give hf:DIR, "
              "gguf:FILE, a folder holding config.json or a .gguf file (an ONNX file or zoo model carries no "
              "config.json to write)");
-  const lm::HfExportResult r = lm::save_hf(lm::load_lm(a.model), a.out, opts);
-  if (a.json) {
-    nlohmann::json j = lm::to_json(r);
-    j["model"] = a.model;
-    std::cout << j.dump(2) << "\n";
-  } else {
-    std::cout << lm::to_text(r);
-  }
+  print_result(a, lm::save_hf(lm::load_lm(a.model), a.out, opts));
 }
 
 void run_export(const ExportArgs& a) {
@@ -56,14 +61,7 @@ void run_export(const ExportArgs& a) {
   opts.target(exporter::parse_target(a.target)).sparse(exporter::parse_sparse_mode(a.sparse.empty() ? "auto" : a.sparse));
   for (const auto& [key, value] : metadata_pairs(a)) opts.metadata(key, value);
   const core::Graph g = core::load_model(a.model);
-  const exporter::ExportResult r = exporter::export_model(g, a.out, opts);
-  if (a.json) {
-    nlohmann::json j = exporter::to_json(r);
-    j["model"] = a.model;
-    std::cout << j.dump(2) << "\n";
-  } else {
-    std::cout << exporter::to_text(r);
-  }
+  print_result(a, exporter::export_model(g, a.out, opts));
 }
 
 }  // namespace

@@ -21,13 +21,6 @@ namespace pare::lm {
 
 namespace {
 
-std::string export_layer_name(const char* pattern, int64_t i) {
-  std::string s = pattern;
-  const size_t at = s.find("{i}");
-  if (at != std::string::npos) s.replace(at, 3, std::to_string(i));
-  return s;
-}
-
 // The graph holds nn.Linear weights [out, in] as their transpose; GPT-2's Conv1D weights are
 // [in, out] in the checkpoint and in the graph alike, but its (untied) head is an nn.Linear.
 bool held_transposed(const Family& f, Role role, const std::string& name) {
@@ -49,8 +42,11 @@ void refresh_dims(LmConfig& c, const std::map<std::string, at::Tensor>& w) {
   const Family& f = *c.family;
   auto embed = w.find(std::string(f.names.embed) + ".weight");
   if (embed != w.end() && embed->second.dim() == 2) c.vocab = embed->second.size(0);
-  auto up = w.find(export_layer_name(f.names.up, 0) + ".weight");
-  if (up != w.end() && up->second.dim() == 2) c.intermediate = up->second.size(f.linear_in_out ? 1 : 0);
+  for (const auto& [name, t] : w)  // the first layer's; the builder checks that the others agree
+    if (role_of(f, name) == &TensorNames::up && t.dim() == 2) {
+      c.intermediate = t.size(f.linear_in_out ? 1 : 0);
+      return;
+    }
 }
 
 std::string source_of(const LmModel& m) {

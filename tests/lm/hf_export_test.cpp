@@ -149,6 +149,23 @@ TEST(HfExport, WritesGpt2ConvWeightsAsStoredAndLeavesOutTheTiedHead) {
   EXPECT_EQ(back.graph.initializers.size(), make_model(c, w).graph.initializers.size());
 }
 
+TEST(HfExport, WritesBfloat16WeightsAsTheyAre) {
+  LmConfig c = tiny_config("qwen3");
+  c.dtype = "bfloat16";
+  auto w = random_weights(c);
+  for (int64_t i = 0; i < c.layers; ++i)
+    for (const char* n : {"q_norm", "k_norm"})
+      w["model.layers." + std::to_string(i) + ".self_attn." + n + ".weight"] = at::randn({c.head_dim});
+  for (auto& [name, t] : w) t = t.to(at::kBFloat16);
+  TempDir tmp;
+  const HfExportResult r = save_hf(make_model(c, w), tmp.file("ckpt"));
+  EXPECT_EQ(r.config.dtype, "bfloat16");
+  expect_same_tensors(w, load_hf_weights(tmp.file("ckpt")));
+  const LmConfig back = parse_hf_config(tmp.file("ckpt/config.json"));
+  EXPECT_EQ(back.dtype, "bfloat16");
+  EXPECT_EQ(back.family, c.family);
+}
+
 TEST(HfExport, UntiesAHeadThatNoLongerEqualsTheEmbedding) {
   LmConfig c = tiny_config("llama");
   c.tie_embeddings = true;

