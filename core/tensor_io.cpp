@@ -352,6 +352,33 @@ const char* st_name(at::ScalarType t, const std::string& tensor) {
 }
 
 // `path` names the bytes of `f` in messages.
+// A tensor of a safetensors header: name, type, shape and its byte range in the data.
+struct StEntry {
+  std::string name;
+  at::ScalarType type;
+  std::vector<int64_t> shape;
+  int64_t begin, end;
+};
+
+// As the reference implementation: the tensors tile the data buffer, no gaps, no overlaps.
+template <class Bad>
+void check_tiling(std::vector<StEntry>& entries, int64_t data_size, const Bad& bad) {
+  std::sort(entries.begin(), entries.end(), [](const StEntry& a, const StEntry& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  int64_t expected = 0;
+  for (const auto& e : entries) {
+    if (e.begin != expected)
+      throw bad("tensor '" + e.name + "' starts at data offset " + std::to_string(e.begin) +
+                " but the previous tensor ends at " + std::to_string(expected) +
+                " (tensors must cover the data without gaps or overlaps)");
+    expected = e.end;
+  }
+  if (expected != data_size)
+    throw bad("the tensors cover " + std::to_string(expected) + " bytes of data but the file holds " +
+              std::to_string(data_size));
+}
+
 std::map<std::string, at::Tensor> read_safetensors(const std::string& path, Source& f,
                                                    std::map<std::string, std::string>* metadata) {
   using json = nlohmann::json;
@@ -374,13 +401,7 @@ std::map<std::string, at::Tensor> read_safetensors(const std::string& path, Sour
 
   const int64_t data_start = 8 + static_cast<int64_t>(n);
   const int64_t data_size = f.size() - data_start;
-  struct Entry {
-    std::string name;
-    at::ScalarType type;
-    std::vector<int64_t> shape;
-    int64_t begin, end;
-  };
-  std::vector<Entry> entries;
+  std::vector<StEntry> entries;
   for (const auto& [name, v] : j.items()) {
     if (name == "__metadata__") {
       if (v.is_null()) continue;
@@ -393,7 +414,7 @@ std::map<std::string, at::Tensor> read_safetensors(const std::string& path, Sour
     }
     const std::string what = "tensor '" + name + "' ";
     if (!v.is_object()) throw bad(what + "is not described by an object");
-    Entry e;
+    StEntry e;
     e.name = name;
     auto dt = v.find("dtype");
     if (dt == v.end() || !dt->is_string()) throw bad(what + "has no \"dtype\" string");
@@ -427,22 +448,7 @@ std::map<std::string, at::Tensor> read_safetensors(const std::string& path, Sour
                 std::to_string(b) + ", " + std::to_string(en) + "] hold " + std::to_string(en - b) + " bytes");
     entries.push_back(std::move(e));
   }
-  // As the reference implementation: the tensors tile the data buffer, no gaps, no overlaps.
-  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
-    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
-  });
-  int64_t expected = 0;
-  for (const auto& e : entries) {
-    if (e.begin != expected)
-      throw bad("tensor '" + e.name + "' starts at data offset " + std::to_string(e.begin) +
-                " but the previous tensor ends at " + std::to_string(expected) +
-                " (tensors must cover the data without gaps or overlaps)");
-    expected = e.end;
-  }
-  if (expected != data_size)
-    throw bad("the tensors cover " + std::to_string(expected) + " bytes of data but the file holds " +
-              std::to_string(data_size));
-
+  check_tiling(entries, data_size, bad);
   std::map<std::string, at::Tensor> out;
   for (const auto& e : entries) {
     at::Tensor t = e.end > e.begin ? f.view(data_start + e.begin, e.shape, e.type) : at::Tensor();
