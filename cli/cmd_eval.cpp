@@ -59,8 +59,6 @@ void eval_lm(const EvalOpts& o, int64_t batch_size) {
   }
 }
 
-bool is_text_data(const std::string& data) { return data.rfind("text:", 0) == 0 || data.rfind("jsonl:", 0) == 0; }
-
 }  // namespace
 
 void add_eval(CLI::App& app, Action& action) {
@@ -90,7 +88,7 @@ void add_eval(CLI::App& app, Action& action) {
     action = [o, batch] {
       train::set_threads(o->threads);
       PARE_CHECK(o->batch_size >= 1, "--batch-size must be at least 1, got ", o->batch_size);
-      if (lm::is_lm_spec(o->model) || is_text_data(o->data)) return eval_lm(*o, batch->count() ? o->batch_size : 1);
+      if (lm::is_lm_spec(o->model) || lm::is_text_spec(o->data)) return eval_lm(*o, batch->count() ? o->batch_size : 1);
       core::Graph g = core::load_model(o->model);
       core::TensorDataset ds = core::load_dataset(o->data, o->split);
       std::string norm = o->normalize;

@@ -13,6 +13,7 @@
 #include "lm/hf_export.h"
 #include "lm/model.h"
 #include "lm/spec.h"
+#include "lm/text.h"
 
 namespace pare::cli {
 
@@ -23,8 +24,6 @@ struct TrainOpts {
   int64_t seq_len = 0;
   TrainingRun run;
 };
-
-bool is_text_data(const std::string& data) { return data.rfind("text:", 0) == 0 || data.rfind("jsonl:", 0) == 0; }
 
 // The model to train: a new one from a spec (its vocabulary the tokenizer's), or a checkpoint.
 lm::LmModel lm_to_train(const TrainOpts& o, uint64_t seed) {
@@ -106,7 +105,7 @@ void add_train(CLI::App& app, Action& action) {
   cmd->add_option("--seq-len", o->seq_len, "Tokens per training window (default 256, at most the context)")->group(lmg);
   cmd->callback([&action, o] {
     action = [o] {
-      if (lm::is_new_lm_spec(o->model) || lm::is_lm_spec(o->model) || is_text_data(o->run.data)) return train_lm(*o);
+      if (lm::is_new_lm_spec(o->model) || lm::is_lm_spec(o->model) || lm::is_text_spec(o->run.data)) return train_lm(*o);
       const TrainingRun& run = o->run;
       train::TrainerOptions opts = run.start();
       core::Graph g = core::load_model(o->model, opts.seed_);

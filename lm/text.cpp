@@ -66,6 +66,8 @@ std::vector<std::string> split_paragraphs(const std::string& text) {
   return docs;
 }
 
+bool is_text_spec(const std::string& spec) { return spec.rfind("text:", 0) == 0 || spec.rfind("jsonl:", 0) == 0; }
+
 std::vector<std::string> text_files(const std::string& spec) {
   if (spec.rfind("text:", 0) == 0) return split_commas(spec.substr(5));
   if (spec.rfind("jsonl:", 0) == 0) {

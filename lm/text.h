@@ -22,6 +22,9 @@ std::vector<std::string> load_text(const std::string& spec, const std::string& s
 /// errors.
 std::vector<std::string> parse_jsonl(const std::string& text, const std::string& field, const std::string& what);
 
+/// True when `spec` is text data (text:... or jsonl:...).
+bool is_text_spec(const std::string& spec);
+
 /// The files `spec` reads (text: each file; jsonl: the one file). Throws InputError for a spec of
 /// another kind.
 std::vector<std::string> text_files(const std::string& spec);
