@@ -2,6 +2,7 @@
 
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 
@@ -350,13 +351,16 @@ GgufTensorInfo read_tensor_info(Cursor& c, const std::string& path, uint64_t ind
   const uint32_t n_dims = c.read<uint32_t>(what + "'s number of dimensions");
   PARE_CHECK(n_dims <= kMaxDims, "GGUF file '", path, "': ", what, " has ", n_dims,
              " dimensions; ggml allows at most ", kMaxDims);
+  // The product counts a zero dimension as 1: a tensor's strides (the product of the dimensions
+  // after each) must fit int64 even when another dimension is 0.
   std::vector<uint64_t> ne(n_dims);
-  uint64_t numel = 1;
+  uint64_t numel = 1, span = 1;
   for (uint32_t i = 0; i < n_dims; ++i) {
     ne[i] = c.read<uint64_t>(what + "'s dimension " + std::to_string(i));
-    PARE_CHECK(!__builtin_mul_overflow(numel, ne[i], &numel) &&
-                   numel <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()),
+    PARE_CHECK(!__builtin_mul_overflow(span, std::max<uint64_t>(ne[i], 1), &span) &&
+                   span <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()),
                "GGUF file '", path, "': ", what, " has dimensions whose product overflows 64 bits");
+    numel *= ne[i];
   }
   info.type = c.read<uint32_t>(what + "'s type");
   const TypeTraits* type = find_type(info.type);

@@ -350,6 +350,11 @@ TEST(Gguf, RefusesBadTensorInfos) {
                      {"tensor 'w'", "5 dimensions"});
   expect_input_error([&] { parse(Builder().tensor("w", {uint64_t{1} << 40, uint64_t{1} << 40}, 0, f32).build()); },
                      {"tensor 'w'", "overflow"});
+  // A zero dimension keeps the element count at 0 but not the strides (two fuzzer finds).
+  expect_input_error([&] { parse(Builder().tensor("w", {0, uint64_t{1} << 63}, 0, "").build()); },
+                     {"tensor 'w'", "overflow"});
+  expect_input_error([&] { parse(Builder().tensor("w", {0, uint64_t{1} << 40, uint64_t{1} << 40}, 0, "").build()); },
+                     {"tensor 'w'", "overflow"});
   expect_input_error([&] { parse(Builder().tensor("w", {2}, 0, f32, 4).build()); },
                      {"tensor 'w'", "offset 4", "alignment 32"});
   expect_input_error([&] { parse(Builder().tensor("w", {2}, 0, f32, 64).build()); },
