@@ -4,7 +4,9 @@
 #include <ATen/core/grad_mode.h>
 
 #include <cmath>
+#include <limits>
 #include <set>
+#include <sstream>
 
 #include "core/error.h"
 
@@ -111,6 +113,182 @@ at::Tensor mixed_kd_loss(const at::Tensor& student_logits, const at::Tensor& tea
   if (alpha != 1) {
     check_labels(student_logits, labels);
     accumulate(total, ce_unchecked(student_logits, labels), 1.0 - alpha);
+  }
+  return total;
+}
+
+// ---- Language models: divergences per token ---------------------------------------------------------
+
+namespace {
+
+const char* const kDivergences = "fkl, rkl, jsd:BETA, skl:ALPHA, topk:K";
+
+double parse_divergence_weight(const std::string& spec, const std::string& v, const char* what) {
+  double d = -1;
+  size_t used = 0;
+  try {
+    d = std::stod(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  PARE_CHECK(!v.empty() && used == v.size() && d >= 0 && d <= 1, "the divergence '", spec, "': ", what,
+             " must be a number in [0, 1]. However, it is '", v, "'");
+  return d;
+}
+
+// KL(A || B) per row from log-probabilities [M, V]: the ops of F.kl_div(log_b, log_a, 'none',
+// log_target=True).sum(-1), as TRL computes it.
+at::Tensor kl_rows(const at::Tensor& log_a, const at::Tensor& log_b) {
+  return at::kl_div(log_b, log_a, at::Reduction::None, /*log_target=*/true).sum(-1);
+}
+
+// log(w_a * A + (1 - w_a) * B) from log-probabilities, for 0 < w_a < 1.
+at::Tensor log_mixture(const at::Tensor& log_a, double w_a, const at::Tensor& log_b) {
+  return at::logsumexp(at::stack({log_a + std::log(w_a), log_b + std::log1p(-w_a)}), 0);
+}
+
+// Forward KL over the teacher's K most likely tokens and one bucket holding the rest of the mass.
+at::Tensor topk_kl_rows(const at::Tensor& ls, const at::Tensor& lt, int64_t k) {
+  at::Tensor idx = std::get<1>(lt.topk(k, -1));
+  const double inf = std::numeric_limits<double>::infinity();
+  at::Tensor lt_k = lt.gather(-1, idx), ls_k = ls.gather(-1, idx);
+  at::Tensor lt_tail = at::logsumexp(lt.scatter(-1, idx, -inf), {-1}, /*keepdim=*/true);
+  at::Tensor ls_tail = at::logsumexp(ls.scatter(-1, idx, -inf), {-1}, /*keepdim=*/true);
+  return kl_rows(at::cat({lt_k, lt_tail}, -1), at::cat({ls_k, ls_tail}, -1));
+}
+
+// The divergence per row of logits already divided by T (student s, detached teacher t) [M, V] -> [M].
+at::Tensor divergence_rows(const at::Tensor& s, const at::Tensor& t, const TokenDivergence& d) {
+  using Kind = TokenDivergence::Kind;
+  at::Tensor ls = at::log_softmax(s, -1), lt = at::log_softmax(t, -1);
+  switch (d.kind) {
+    case Kind::kForwardKL:
+      return kl_rows(lt, ls);
+    case Kind::kReverseKL:
+      return kl_rows(ls, lt);
+    case Kind::kJsd: {
+      if (d.weight == 0) return kl_rows(lt, ls);
+      if (d.weight == 1) return kl_rows(ls, lt);
+      at::Tensor lm = log_mixture(lt, d.weight, ls);
+      return d.weight * kl_rows(lt, lm) + (1 - d.weight) * kl_rows(ls, lm);
+    }
+    case Kind::kSkewKL:
+      if (d.weight == 0) return kl_rows(lt, ls);
+      if (d.weight == 1) return ls.sum(-1) * 0;  // m = p_t: nothing to learn
+      return kl_rows(lt, log_mixture(lt, d.weight, ls));
+    case Kind::kTopK:
+      return d.k >= s.size(-1) ? kl_rows(lt, ls) : topk_kl_rows(ls, lt, d.k);
+  }
+  throw InternalError("divergence_rows: unknown divergence kind");
+}
+
+std::vector<int64_t> leading_shape(const at::Tensor& logits) {
+  return logits.sizes().slice(0, logits.dim() - 1).vec();
+}
+
+void check_lm_logits(const char* loss, const at::Tensor& s, const at::Tensor& t) {
+  check_same_shape(loss, s, t);
+  PARE_CHECK(s.dim() >= 2 && s.size(-1) > 0, loss,
+             " requires logits [..., V] of rank >= 2 with V > 0. However, they have shape ", s.sizes());
+}
+
+}  // namespace
+
+TokenDivergence TokenDivergence::parse(const std::string& spec) {
+  const size_t colon = spec.find(':');
+  const std::string name = spec.substr(0, colon), arg = colon == std::string::npos ? "" : spec.substr(colon + 1);
+  const bool has_arg = colon != std::string::npos;
+  TokenDivergence d;
+  if (name == "fkl" || name == "rkl") {
+    PARE_CHECK(!has_arg, "the divergence '", spec, "' takes no argument (pare knows ", kDivergences, ")");
+    d.kind = name == "fkl" ? Kind::kForwardKL : Kind::kReverseKL;
+  } else if (name == "jsd" || name == "skl") {
+    d.kind = name == "jsd" ? Kind::kJsd : Kind::kSkewKL;
+    // Without a weight: TRL's default beta 0.5, DistiLLM's alpha 0.1.
+    d.weight = has_arg ? parse_divergence_weight(spec, arg, name == "jsd" ? "BETA" : "ALPHA")
+                       : (name == "jsd" ? 0.5 : 0.1);
+  } else if (name == "topk") {
+    d.kind = Kind::kTopK;
+    size_t used = 0;
+    long long k = 0;
+    try {
+      k = std::stoll(arg, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    PARE_CHECK(has_arg && !arg.empty() && used == arg.size() && k >= 1, "the divergence '", spec,
+               "' needs K, a whole number >= 1 of teacher tokens: topk:K, e.g. topk:64");
+    d.k = k;
+  } else {
+    throw InputError(pare::detail::concat("unknown divergence '", spec, "'. pare knows ", kDivergences));
+  }
+  return d;
+}
+
+std::string TokenDivergence::str() const {
+  std::ostringstream os;
+  switch (kind) {
+    case Kind::kForwardKL: return "fkl";
+    case Kind::kReverseKL: return "rkl";
+    case Kind::kJsd: os << "jsd:" << weight; break;
+    case Kind::kSkewKL: os << "skl:" << weight; break;
+    case Kind::kTopK: os << "topk:" << k; break;
+  }
+  return os.str();
+}
+
+at::Tensor token_divergence(const at::Tensor& student_logits, const at::Tensor& teacher_logits,
+                            const at::Tensor& mask, const TokenDivergence& divergence, double temperature) {
+  check_temperature(temperature);
+  check_lm_logits("token_divergence", student_logits, teacher_logits);
+  const int64_t vocab = student_logits.size(-1);
+  at::Tensor s = as_float(student_logits).reshape({-1, vocab});
+  at::Tensor t = as_float(teacher_logits).detach().reshape({-1, vocab});
+  if (mask.defined()) {
+    PARE_CHECK(mask.scalar_type() == at::kBool && mask.sizes() == at::IntArrayRef(leading_shape(student_logits)),
+               "token_divergence requires a bool mask of the logits' leading shape ",
+               at::IntArrayRef(leading_shape(student_logits)), ". However, it is ", mask.scalar_type(), " ",
+               mask.sizes());
+    at::Tensor rows = mask.reshape({-1}).nonzero().squeeze(1);
+    if (rows.numel() < s.size(0)) {
+      s = s.index_select(0, rows);
+      t = t.index_select(0, rows);
+    }
+  }
+  if (s.size(0) == 0) return as_float(student_logits).sum() * 0;
+  return divergence_rows(s / temperature, t / temperature, divergence).sum() / s.size(0);
+}
+
+at::Tensor lm_kd_loss(const at::Tensor& student_logits, const at::Tensor& teacher_logits, const at::Tensor& labels,
+                      const TokenDivergence& divergence, double temperature, double alpha) {
+  check_temperature(temperature);
+  check_alpha(alpha);
+  check_lm_logits("lm_kd_loss", student_logits, teacher_logits);
+  const int64_t vocab = student_logits.size(-1);
+  PARE_CHECK(labels.defined() && labels.sizes() == at::IntArrayRef(leading_shape(student_logits)) &&
+                 at::isIntegralType(labels.scalar_type(), /*includeBool=*/false),
+             "lm_kd_loss requires integer labels of the logits' leading shape ",
+             at::IntArrayRef(leading_shape(student_logits)), ". However, they are ",
+             labels.defined() ? labels.sizes() : at::IntArrayRef());
+  at::Tensor y = labels.to(at::kLong);
+  at::Tensor counted = y != -100;
+  const int64_t n = counted.sum().item<int64_t>();
+  if (n > 0) {
+    at::Tensor kept = y.masked_select(counted);
+    const int64_t lo = kept.min().item<int64_t>(), hi = kept.max().item<int64_t>();
+    PARE_CHECK(lo >= 0 && hi < vocab, "lm_kd_loss requires labels in [0, ", vocab, ") or -100 (not counted). ",
+               "However, they range over [", lo, ", ", hi, "]");
+  }
+  at::Tensor total;
+  if (alpha != 0) {
+    at::Tensor kd = token_divergence(student_logits, teacher_logits, counted, divergence, temperature);
+    accumulate(total, kd, alpha * temperature * temperature);
+  }
+  if (alpha != 1) {
+    at::Tensor ce = n == 0 ? as_float(student_logits).sum() * 0
+                           : at::cross_entropy_loss(as_float(student_logits).reshape({-1, vocab}), y.reshape({-1}),
+                                                    {}, at::Reduction::Mean, -100);
+    accumulate(total, ce, 1.0 - alpha);
   }
   return total;
 }

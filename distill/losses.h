@@ -2,6 +2,8 @@
 //
 //   kd_loss(s, t, T)                 Hinton KD: KL(softmax(t/T) || softmax(s/T)) * T^2, batchmean
 //   mixed_kd_loss(s, t, y, T, a)     a * KD + (1 - a) * cross-entropy(s, y)
+//   token_divergence(s, t, m, d, T)  a language model's per-token fkl, rkl, jsd, skl or top-k KL
+//   lm_kd_loss(s, t, y, d, T, a)     a * T^2 * token_divergence + (1 - a) * next-token cross-entropy
 //   logits_mse_loss(s, t)            mean squared error between logits
 //   cosine_loss(s, t)                mean over rows of 1 - cos(s_i, t_i)
 //   attention_transfer_loss(s, t)    MiniLM-style KL between attention distributions
@@ -42,6 +44,49 @@ at::Tensor kd_loss(const at::Tensor& student_logits, const at::Tensor& teacher_l
 /// the wrong shape or dtype, and what kd_loss throws.
 at::Tensor mixed_kd_loss(const at::Tensor& student_logits, const at::Tensor& teacher_logits,
                          const at::Tensor& labels, double temperature, double alpha);
+
+/// The divergence between a language model student's and its teacher's next-token distributions
+/// p_s = softmax(s/T) and p_t = softmax(t/T) (`pare distill --loss`), one value per token:
+///   fkl        forward KL(p_t || p_s) (Hinton KD per token)
+///   rkl        reverse KL(p_s || p_t) (MiniLLM: mode-seeking)
+///   jsd:BETA   generalized Jensen-Shannon divergence as TRL's GKDTrainer.generalized_jsd_loss:
+///              BETA KL(p_t || m) + (1 - BETA) KL(p_s || m), m = BETA p_t + (1 - BETA) p_s; BETA = 0 is
+///              fkl and BETA = 1 is rkl (taken as those, as TRL does: the formula vanishes there)
+///   skl:ALPHA  skew KL (DistiLLM): KL(p_t || ALPHA p_t + (1 - ALPHA) p_s); ALPHA = 0 is fkl
+///   topk:K     forward KL over K + 1 buckets: the teacher's K most likely tokens and one tail bucket
+///              holding the rest of each distribution's mass (K >= vocabulary is fkl)
+struct TokenDivergence {
+  enum class Kind { kForwardKL, kReverseKL, kJsd, kSkewKL, kTopK };
+  Kind kind = Kind::kForwardKL;
+  double weight = 0;  ///< BETA of jsd, ALPHA of skl
+  int64_t k = 0;      ///< K of topk
+
+  /// "fkl", "rkl", "jsd:0.5", "skl:0.1", "topk:64". Throws InputError naming the spelling and the
+  /// ones it knows, or a weight outside [0, 1], or K < 1.
+  static TokenDivergence parse(const std::string& spec);
+  /// The spelling parse() reads back.
+  std::string str() const;
+};
+
+/// The mean over counted tokens of the divergence per token (summed over the vocabulary), without a
+/// T*T factor: equals TRL's generalized_jsd_loss(s, t, labels, beta, T, 'batchmean') for jsd (and
+/// fkl, rkl as its beta = 0 and 1). Logits are [..., V], student and teacher of the same shape (any
+/// leading dims: [B, S, V] or [N, V]); `mask` is bool of the leading shape, true for the tokens that
+/// count (HF's labels != -100), or undefined for all. Only the counted rows are computed. Float32;
+/// the teacher is detached. No counted token gives 0 (differentiable, gradient 0).
+/// Throws InputError for different shapes, a rank below 2, a mask of another shape or dtype, and a
+/// temperature <= 0.
+at::Tensor token_divergence(const at::Tensor& student_logits, const at::Tensor& teacher_logits,
+                            const at::Tensor& mask, const TokenDivergence& divergence, double temperature);
+
+/// The language-model distillation loss: alpha * T*T * token_divergence(s, t, labels != -100) +
+/// (1 - alpha) * the next-token cross entropy on `labels` (int64 of the leading shape, -100 for
+/// tokens not counted: prompt and padding), both averaged over the counted tokens. The T*T keeps the
+/// KD gradient's scale independent of T (Hinton); at T = 1 the term is TRL's loss. A term of weight
+/// exactly 0 is not computed. Throws what token_divergence throws, and InputError for alpha outside
+/// [0, 1] or labels of another shape, dtype or outside [0, V) besides -100.
+at::Tensor lm_kd_loss(const at::Tensor& student_logits, const at::Tensor& teacher_logits, const at::Tensor& labels,
+                      const TokenDivergence& divergence, double temperature, double alpha);
 
 /// Mean squared error over all elements. Throws InputError when the shapes differ.
 at::Tensor logits_mse_loss(const at::Tensor& student, const at::Tensor& teacher);

@@ -393,3 +393,158 @@ TEST(KdLossPeer, FromFiles) {
   }
   EXPECT_GT(n, 0) << "no cases in " << dir << "/cases.txt";
 }
+
+// ---- Language models: token_divergence and lm_kd_loss ------------------------------------------------
+
+namespace {
+
+using distill::TokenDivergence;
+
+double divergence(const at::Tensor& s, const at::Tensor& t, const std::string& spec, double T = 1.0,
+                  const at::Tensor& mask = {}) {
+  return distill::token_divergence(s, t, mask, TokenDivergence::parse(spec), T).item<double>();
+}
+
+}  // namespace
+
+TEST(TokenDivergence, ParsesAndPrintsEverySpelling) {
+  for (const char* spec : {"fkl", "rkl", "jsd:0.5", "jsd:0", "skl:0.1", "topk:64"})
+    EXPECT_EQ(TokenDivergence::parse(spec).str(), spec);
+  EXPECT_EQ(TokenDivergence::parse("jsd").str(), "jsd:0.5");  // TRL's default beta
+  EXPECT_EQ(TokenDivergence::parse("skl").str(), "skl:0.1");  // DistiLLM's default alpha
+  EXPECT_NE(error_of([] { TokenDivergence::parse("kl"); }).find("pare knows fkl, rkl"), std::string::npos);
+  EXPECT_NE(error_of([] { TokenDivergence::parse("jsd:1.5"); }).find("BETA must be a number in [0, 1]"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { TokenDivergence::parse("skl:x"); }).find("ALPHA"), std::string::npos);
+  EXPECT_NE(error_of([] { TokenDivergence::parse("topk:0"); }).find("topk:K"), std::string::npos);
+  EXPECT_NE(error_of([] { TokenDivergence::parse("topk"); }).find("topk:K"), std::string::npos);
+  EXPECT_NE(error_of([] { TokenDivergence::parse("fkl:1"); }).find("takes no argument"), std::string::npos);
+}
+
+TEST(TokenDivergence, ForwardKlIsHintonKdWithoutTheTemperatureSquared) {
+  at::Tensor s = randn({6, 50}, 1, 2.0), t = randn({6, 50}, 2, 2.0);
+  for (double T : {1.0, 2.0}) EXPECT_NEAR(divergence(s, t, "fkl", T), kd_reference(s, t, T) / (T * T), 1e-5);
+  // Reverse KL is forward KL with the roles exchanged.
+  EXPECT_NEAR(divergence(s, t, "rkl"), kd_reference(t, s, 1.0), 1e-5);
+}
+
+TEST(TokenDivergence, SpecialCasesAgree) {
+  at::Tensor s = randn({2, 5, 40}, 3, 3.0), t = randn({2, 5, 40}, 4, 3.0);
+  const double fkl = divergence(s, t, "fkl"), rkl = divergence(s, t, "rkl");
+  EXPECT_GT(fkl, 0.1);
+  EXPECT_GT(std::abs(fkl - rkl), 1e-3);  // the two directions differ on these logits
+  EXPECT_DOUBLE_EQ(divergence(s, t, "jsd:0"), fkl);
+  EXPECT_DOUBLE_EQ(divergence(s, t, "jsd:1"), rkl);
+  EXPECT_DOUBLE_EQ(divergence(s, t, "skl:0"), fkl);
+  EXPECT_DOUBLE_EQ(divergence(s, t, "skl:1"), 0.0);
+  EXPECT_NEAR(divergence(s, t, "topk:40"), fkl, 1e-6);
+  // JSD(0.5) is symmetric and bounded by log 2; the skew KL lies below the plain KL.
+  const double jsd = divergence(s, t, "jsd:0.5");
+  EXPECT_NEAR(jsd, divergence(t, s, "jsd:0.5"), 1e-6);
+  EXPECT_GT(jsd, 0);
+  EXPECT_LT(jsd, std::log(2.0));
+  EXPECT_LT(divergence(s, t, "skl:0.1"), fkl);
+  EXPECT_NEAR(divergence(s, s, "jsd:0.3"), 0.0, 1e-6);
+}
+
+TEST(TokenDivergence, TopKMergesTheTailIntoOneBucket) {
+  at::Tensor s = randn({8, 100}, 5, 2.0), t = randn({8, 100}, 6, 2.0);
+  // Merging outcomes never increases a KL divergence, and more buckets approach the full one.
+  double last = 0;
+  for (int k : {1, 4, 16, 64, 99}) {
+    const double v = divergence(s, t, "topk:" + std::to_string(k));
+    EXPECT_GE(v, last - 1e-6) << "topk:" << k;
+    last = v;
+  }
+  EXPECT_LE(last, divergence(s, t, "fkl") + 1e-6);
+  // topk:1 by hand: the teacher's best token and everything else.
+  at::Tensor ls = at::log_softmax(s, -1).to(at::kDouble), lt = at::log_softmax(t, -1).to(at::kDouble);
+  at::Tensor best = t.argmax(-1, /*keepdim=*/true);
+  at::Tensor pt = lt.gather(-1, best).exp(), ps = ls.gather(-1, best).exp();
+  at::Tensor ref = pt * (pt.log() - ps.log()) + (1 - pt) * ((1 - pt).log() - (1 - ps).log());
+  EXPECT_NEAR(divergence(s, t, "topk:1"), ref.mean().item<double>(), 1e-5);
+}
+
+TEST(TokenDivergence, CountsOnlyMaskedTokensAndOnlyTheStudentLearns) {
+  at::Tensor s = randn({2, 4, 30}, 7), t = randn({2, 4, 30}, 8);
+  at::Tensor mask = at::zeros({2, 4}, at::kBool);
+  mask.index_put_({0, 1}, true);
+  mask.index_put_({1, 3}, true);
+  at::Tensor rows_s = at::stack({s[0][1], s[1][3]}), rows_t = at::stack({t[0][1], t[1][3]});
+  for (const char* spec : {"fkl", "rkl", "jsd:0.5", "skl:0.1", "topk:5"}) {
+    EXPECT_NEAR(divergence(s, t, spec, 2.0, mask), divergence(rows_s, rows_t, spec, 2.0), 1e-6) << spec;
+  }
+  at::Tensor sl = leaf(s), tl = leaf(t);
+  distill::token_divergence(sl, tl, mask, TokenDivergence::parse("jsd:0.5"), 1.0).backward();
+  EXPECT_FALSE(tl.grad().defined());
+  EXPECT_GT(sl.grad()[0][1].abs().sum().item<double>(), 0);
+  EXPECT_EQ(sl.grad()[0][0].abs().sum().item<double>(), 0);  // a token not counted gets no gradient
+  // Nothing counted: 0, and a gradient of 0.
+  at::Tensor none = at::zeros({2, 4}, at::kBool), sn = leaf(s);
+  at::Tensor zero = distill::token_divergence(sn, t, none, TokenDivergence::parse("fkl"), 1.0);
+  zero.backward();
+  EXPECT_EQ(zero.item<double>(), 0);
+  EXPECT_EQ(sn.grad().abs().sum().item<double>(), 0);
+}
+
+TEST(TokenDivergence, RejectsBadShapesAndMasks) {
+  at::Tensor s = randn({2, 4, 30}, 7);
+  const auto fkl = TokenDivergence::parse("fkl");
+  EXPECT_NE(error_of([&] { distill::token_divergence(s, randn({2, 4, 31}, 1), {}, fkl, 1); }).find("same shape"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { distill::token_divergence(randn({30}, 1), randn({30}, 2), {}, fkl, 1); }).find("rank >= 2"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { distill::token_divergence(s, s, at::ones({2, 4}), fkl, 1); }).find("bool mask"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { distill::token_divergence(s, s, {}, fkl, 0); }).find("temperature"), std::string::npos);
+}
+
+TEST(LmKdLoss, MixesTheScaledDivergenceWithNextTokenCrossEntropy) {
+  at::Tensor s = randn({2, 5, 20}, 9, 2.0), t = randn({2, 5, 20}, 10, 2.0);
+  at::Tensor y = at::randint(0, 20, {2, 5}, at::make_generator<at::CPUGeneratorImpl>(11));
+  y.index_put_({0, 0}, -100);  // a prompt token
+  y.index_put_({1, 4}, -100);  // padding
+  const auto jsd = TokenDivergence::parse("jsd:0.5");
+  const double T = 2.0;
+  const double kd = distill::token_divergence(s, t, y != -100, jsd, T).item<double>();
+  const double ce = at::cross_entropy_loss(s.reshape({-1, 20}), y.reshape({-1}), {}, at::Reduction::Mean, -100)
+                        .item<double>();
+  EXPECT_NEAR(distill::lm_kd_loss(s, t, y, jsd, T, 1.0).item<double>(), T * T * kd, 1e-5);
+  EXPECT_NEAR(distill::lm_kd_loss(s, t, y, jsd, T, 0.0).item<double>(), ce, 1e-5);
+  EXPECT_NEAR(distill::lm_kd_loss(s, t, y, jsd, T, 0.7).item<double>(), 0.7 * T * T * kd + 0.3 * ce, 1e-5);
+  EXPECT_EQ(distill::lm_kd_loss(s, t, at::full({2, 5}, -100, at::kLong), jsd, T, 0.5).item<double>(), 0);
+  EXPECT_NE(error_of([&] { distill::lm_kd_loss(s, t, at::full({2, 5}, 20, at::kLong), jsd, T, 0.5); })
+                .find("labels in [0, 20) or -100"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { distill::lm_kd_loss(s, t, y.reshape({-1}), jsd, T, 0.5); }).find("leading shape"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { distill::lm_kd_loss(s, t, y, jsd, T, 1.5); }).find("alpha"), std::string::npos);
+}
+
+// The C++ side of tests/peer/lm_kd_loss_test.sh: TRL's GKDTrainer.generalized_jsd_loss on the same
+// logits. Reads DIR/cases.txt ("name beta T" per line) and DIR/<name>.{s,t,y}.npy; writes the loss
+// and its gradient wrt the student as DIR/<name>.{loss,grad}.npy.
+TEST(LmKdLossPeer, FromFiles) {
+  const char* dir_env = std::getenv("PARE_LM_KD_PEER_DIR");
+  if (!dir_env || !*dir_env) GTEST_SKIP() << "PARE_LM_KD_PEER_DIR is unset (tests/peer/lm_kd_loss_test.sh sets it)";
+  const std::string dir = dir_env;
+  std::ifstream cases(dir + "/cases.txt");
+  ASSERT_TRUE(cases) << "cannot read " << dir << "/cases.txt";
+  std::string line;
+  int n = 0;
+  while (std::getline(cases, line)) {
+    std::istringstream is(line);
+    std::string name, beta;
+    double T = 0;
+    if (!(is >> name >> beta >> T)) continue;
+    const std::string base = dir + "/" + name;
+    at::Tensor s = leaf(core::load_npy(base + ".s.npy")), t = core::load_npy(base + ".t.npy");
+    at::Tensor y = core::load_npy(base + ".y.npy");
+    at::Tensor loss = distill::token_divergence(s, t, y != -100, TokenDivergence::parse("jsd:" + beta), T);
+    loss.backward();
+    core::save_npy(loss.detach(), base + ".loss.npy");
+    core::save_npy(s.grad(), base + ".grad.npy");
+    ++n;
+  }
+  EXPECT_GT(n, 0) << "no cases in " << dir << "/cases.txt";
+}

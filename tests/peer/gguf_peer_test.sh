@@ -16,11 +16,5 @@ real=$SMOLLM2_GGUF
 echo "== gguf $("$PY" -c 'import importlib.metadata as m; print(m.version("gguf"))'): files into $tmp"
 "$PY" "$here/gguf_peer.py" make "$tmp" "$real"
 
-rc=0
-PARE_GGUF_PEER_DIR="$tmp" "$tests" --gtest_filter=GgufPeer.FromFiles >"$tmp/gtest.txt" 2>&1 || rc=$?
-if ((rc != 0)) || ! grep -q '\[  PASSED  \] 1 test' "$tmp/gtest.txt"; then
-  echo "FAIL: $tests --gtest_filter=GgufPeer.FromFiles (exit $rc):"
-  head -c 20000 "$tmp/gtest.txt"
-  exit 1
-fi
+run_gtest PARE_GGUF_PEER_DIR GgufPeer.FromFiles
 echo "PASSED: pare reads gguf-py's files and SmolLM2's GGUF as gguf-py does: metadata equal, every tensor bit-exact"

@@ -12,13 +12,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/gtest_peer_lib.sh" kd-loss
 echo "== random logits into $tmp (torch $("$PY" -c 'import torch; print(torch.__version__)'))"
 "$PY" "$here/kd_loss_peer.py" gen "$tmp"
 
-rc=0
-PARE_KD_PEER_DIR="$tmp" "$tests" --gtest_filter=KdLossPeer.FromFiles >"$tmp/gtest.txt" 2>&1 || rc=$?
-if ((rc != 0)) || ! grep -q '\[  PASSED  \] 1 test' "$tmp/gtest.txt"; then
-  echo "FAIL: $tests --gtest_filter=KdLossPeer.FromFiles (exit $rc):"
-  cat "$tmp/gtest.txt"
-  exit 1
-fi
+run_gtest PARE_KD_PEER_DIR KdLossPeer.FromFiles
 
 if ! "$PY" "$here/kd_loss_peer.py" check "$tmp"; then
   echo "FAILED: pare's KD / mixed loss differs from PyTorch's"
