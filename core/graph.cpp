@@ -196,16 +196,39 @@ std::string Graph::unique_name(const std::string& base) const {
     if (!used.count(base + "_" + std::to_string(i))) return base + "_" + std::to_string(i);
 }
 
+std::map<std::string, std::string> Graph::tied_initializers() const {
+  std::map<const void*, std::vector<std::string>> by_storage;
+  for (auto& [k, t] : initializers)
+    if (t.defined() && t.has_storage() && t.storage().data() != nullptr) by_storage[t.storage().data()].push_back(k);
+  std::map<std::string, std::string> tied;
+  for (auto& [data, names] : by_storage) {
+    if (names.size() < 2) continue;
+    auto whole = [&](const std::string& n) {
+      const at::Tensor& t = initializers.at(n);
+      return t.is_contiguous() && t.storage_offset() == 0 &&
+             static_cast<size_t>(t.numel()) * t.element_size() == t.storage().nbytes();
+    };
+    auto base = std::find_if(names.begin(), names.end(), whole);
+    if (base == names.end()) continue;
+    for (auto& n : names)
+      if (n != *base) tied[n] = *base;
+  }
+  return tied;
+}
+
 int64_t Graph::parameter_count() const {
+  const auto tied = tied_initializers();
   int64_t n = 0;
   for (auto& [k, t] : initializers)
-    if (at::isFloatingType(t.scalar_type())) n += t.numel();
+    if (at::isFloatingType(t.scalar_type()) && !tied.count(k)) n += t.numel();
   return n;
 }
 
 int64_t Graph::initializer_bytes() const {
+  const auto tied = tied_initializers();
   int64_t n = 0;
-  for (auto& [k, t] : initializers) n += t.numel() * static_cast<int64_t>(t.element_size());
+  for (auto& [k, t] : initializers)
+    if (!tied.count(k)) n += t.numel() * static_cast<int64_t>(t.element_size());
   return n;
 }
 

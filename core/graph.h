@@ -125,9 +125,16 @@ class Graph {
   /// A value name not yet used in the graph, starting from `base`.
   std::string unique_name(const std::string& base) const;
 
-  /// Number of elements across all floating-point initializers / their bytes (all initializers).
+  /// Number of elements across all floating-point initializers / their bytes (all initializers),
+  /// each storage counted once (a tied initializer is not counted again).
   int64_t parameter_count() const;
   int64_t initializer_bytes() const;
+
+  /// Initializers that are views of another's storage, as a language model's tied head: its
+  /// "embed.weight.T" is the transpose of "embed.weight". Maps each such view to the initializer
+  /// it reads: the one of its storage that is contiguous and covers the whole storage (with none,
+  /// the group is not tied). Module trains the two as one parameter.
+  std::map<std::string, std::string> tied_initializers() const;
 };
 
 /// True when `v` is one of the graph's outputs.

@@ -47,6 +47,13 @@ void Module::compile() {
       if (n.has_input(i)) state.insert(n.inputs[i]);
   }
   consts_.assign(slot_.size(), at::Tensor());
+  // A tied weight is a view of its base, never a parameter of its own: training moves both.
+  const auto tied = graph_.tied_initializers();
+  for (auto& [view, base] : tied) {
+    const at::Tensor &v = graph_.initializers.at(view), &b = graph_.initializers.at(base);
+    ties_.push_back({view, base, slot_of(view), slot_of(base), v.sizes().vec(), v.strides().vec(),
+                     v.storage_offset() - b.storage_offset()});
+  }
   std::set<std::string> seen;
   for (auto& n : graph_.nodes) {
     Step s{&reg.get(n.op_type), &n, {}, {}};
@@ -59,7 +66,7 @@ void Module::compile() {
       if (floating && state.count(in) && !weights.count(in)) {
         t = t.clone();  // running statistics are updated in place during training
         buffer_names_.push_back(in);
-      } else if (floating && weights.count(in) && t.dim() > 0 && !graph_.find_input(in)) {
+      } else if (floating && weights.count(in) && t.dim() > 0 && !graph_.find_input(in) && !tied.count(in)) {
         t = t.detach().clone().set_requires_grad(true);
         params_.push_back(t);
         param_names_.push_back(in);
@@ -72,12 +79,23 @@ void Module::compile() {
   for (auto& [k, t] : graph_.initializers)
     if (!consts_[slot_of(k)].defined()) consts_[slot_of(k)] = t;
   for (auto& o : graph_.outputs) output_slots_.push_back(slot_of(o.name));
+  refresh_ties();
+}
+
+void Module::refresh_ties() {
+  for (const Tie& t : ties_) {
+    const at::Tensor& base = consts_[t.base];
+    PARE_ASSERT(base.is_contiguous(), "the tied weight '", graph_.name, "' slot ", t.base, " is no longer contiguous");
+    consts_[t.view] = t.of(base.detach());
+  }
 }
 
 void Module::run(const std::vector<at::Tensor>& inputs, std::vector<at::Tensor>& slots) {
   PARE_CHECK(inputs.size() == graph_.inputs.size(), "model '", graph_.name, "' takes ",
              graph_.inputs.size(), " input(s), got ", inputs.size());
   slots = consts_;
+  // A tied weight's view is made anew each run from the parameter, so that its gradient reaches it.
+  for (const Tie& t : ties_) slots[t.view] = t.of(consts_[t.base]);
   for (size_t i = 0; i < inputs.size(); ++i) {
     const ValueInfo& info = graph_.inputs[i];
     const at::Tensor& x = inputs[i];
@@ -166,6 +184,7 @@ void Module::replace_consts(const std::function<bool(const at::Tensor&)>& select
     }
   params_.clear();
   for (auto& n : param_names_) params_.push_back(consts_[slot_of(n)]);
+  refresh_ties();
 }
 
 void Module::to(const at::Device& device) {
@@ -193,6 +212,7 @@ at::Tensor Module::initializer(const std::string& name) const {
 Graph Module::to_graph() const {
   Graph g = graph_;
   for (auto& [k, t] : g.initializers) t = consts_[slot_of(k)].detach().to(at::kCPU).clone();
+  for (const Tie& t : ties_) g.initializers[t.view_name] = t.of(g.initializers.at(t.base_name));  // views still
   return g;
 }
 

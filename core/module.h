@@ -90,6 +90,19 @@ class Module {
   void run(const std::vector<at::Tensor>& inputs, std::vector<at::Tensor>& slots);
   int slot_of(const std::string& name) const;
 
+  // A tied initializer (Graph::tied_initializers): the view's geometry over its base's storage.
+  struct Tie {
+    std::string view_name, base_name;
+    int view, base;  // slots
+    std::vector<int64_t> sizes, strides;
+    int64_t offset;  // in elements, from the base's first
+    at::Tensor of(const at::Tensor& base) const {
+      return base.as_strided(sizes, strides, base.storage_offset() + offset);
+    }
+  };
+  // consts_[view] = the view of consts_[base], after the base changed (device, dtype, layout).
+  void refresh_ties();
+
   Graph graph_;
   Use use_;
   RunContext ctx_;
@@ -101,6 +114,7 @@ class Module {
   std::vector<int> input_slots_, output_slots_;
   std::vector<at::Tensor> params_;
   std::vector<std::string> param_names_, buffer_names_;
+  std::vector<Tie> ties_;
 };
 
 }  // namespace pare::core

@@ -20,6 +20,8 @@ Graph tiny_mlp() {
   g.outputs.push_back({"y", at::kFloat, {Dim::sym("N"), 3}});
   return g;
 }
+
+at::Tensor leaf_of(const at::Tensor& t) { return t.detach().clone().requires_grad_(true); }
 }  // namespace
 
 TEST(Graph, VerifyAcceptsWellFormedGraph) { EXPECT_NO_THROW(tiny_mlp().verify()); }
@@ -113,6 +115,44 @@ TEST(Module, ParametersGetGradientsAndWriteBack) {
   Graph g = m.to_graph();
   EXPECT_TRUE(at::equal(g.initializers["w"], at::full({3, 4}, 1.5f)));
   EXPECT_FALSE(g.initializers["w"].requires_grad());
+}
+
+// A language model's tied head: ids -> Gather(E [V, H]) -> MatMul(E^T [H, V]), E^T a view of E.
+Graph tied_lm() {
+  Graph g;
+  g.inputs.push_back({"ids", at::kLong, {Dim::sym("N")}});
+  at::Tensor e = at::arange(15, at::kFloat).reshape({5, 3}) / 10 - 0.7;
+  g.initializers["embed.weight"] = e;
+  g.initializers["embed.weight.T"] = e.t();
+  g.add_node("Gather", {"embed.weight", "ids"}, {"h"}, {}, "embed");
+  g.add_node("MatMul", {"h", "embed.weight.T"}, {"logits"}, {}, "head");
+  g.outputs.push_back({"logits", at::kFloat, {Dim::sym("N"), 5}});
+  return g;
+}
+
+TEST(Module, ATiedWeightIsOneParameterThatTrainingMovesForBothReaders) {
+  Graph g = tied_lm();
+  EXPECT_EQ(g.tied_initializers(), (std::map<std::string, std::string>{{"embed.weight.T", "embed.weight"}}));
+  EXPECT_EQ(g.parameter_count(), 15);
+  EXPECT_EQ(g.initializer_bytes(), 15 * 4);
+  Module m(g);
+  ASSERT_EQ(m.parameter_names(), (std::vector<std::string>{"embed.weight"}));
+  EXPECT_EQ(m.parameter_count(), 15);
+  at::Tensor ids = at::tensor(std::vector<int64_t>{1, 4});
+  m.forward({ids})[0].sum().backward();
+  // d(sum)/dE: the head's gradient (every row gets the sum of the two embeddings) plus the
+  // embedding's (rows 1 and 4 get the sum over the vocabulary of E^T's columns).
+  at::Tensor e = leaf_of(g.initializers["embed.weight"]);
+  at::index_select(e, 0, ids).matmul(e.t()).sum().backward();
+  EXPECT_TRUE(at::allclose(m.parameters()[0].grad(), e.grad()));
+  {
+    at::NoGradGuard no_grad;
+    m.parameters()[0].add_(1.0);
+  }
+  EXPECT_TRUE(at::equal(m.initializer("embed.weight.T"), m.initializer("embed.weight").t()));
+  Graph out = m.to_graph();
+  EXPECT_TRUE(at::equal(out.initializers["embed.weight"], g.initializers["embed.weight"] + 1));
+  EXPECT_EQ(out.tied_initializers().size(), 1u);  // written back still tied
 }
 
 TEST(Module, AFrozenModuleReadsTheGraphsTensorsAndCannotTrain) {

@@ -6,7 +6,8 @@
 #   - the held-out perplexity (`pare eval --data text:...`) fell from the untrained model's;
 #   - transformers' AutoModelForCausalLM loads the written folder, and its logits equal pare's
 #     (`pare run hf:OUT`) within 1e-4;
-#   - a second run reads the tokens from the token cache;
+#   - a second run reads the tokens from the token cache; it trains a tied head (tie=1), and the
+#     held-out perplexity it reports equals that of the folder it wrote (one weight, not two);
 #   - a new model without --tokenizer, and a --seq-len past the context, exit 2 writing nothing.
 # Env: PARE, PARE_PYTHON. Without transformers/tokenizers the test fails under make test and CI.
 set -euo pipefail
@@ -58,9 +59,27 @@ import numpy as np, sys
 d = np.abs(np.load(sys.argv[1] + '/ref.npy') - np.load(sys.argv[1] + '/pare.npy')).max()
 print(f'max |pare - transformers| on the trained model: {d:.2e}'); sys.exit(0 if d <= 1e-4 else 1)" "$tmp"
 
-"$PARE" train --model "$spec" "${common[@]}" --epochs 1 --max-steps 1 --out "$tmp/lm2" 2>"$tmp/err.txt"
+# A tied head (tie=1: the head is the embedding's transpose) trains as one weight: the folder it
+# writes is still tied (no lm_head.weight), and its held-out perplexity is what training reported
+# (within 1%: training averages its batches, eval all tokens at once; 0.2% apart untied too).
+"$PARE" train --model "$spec,tie=1" "${common[@]}" --epochs 1 --max-steps 20 --lr 1e-2 --out "$tmp/lm2" --json \
+  >"$tmp/tied.json" 2>"$tmp/err.txt"
 grep -q "from the token cache" "$tmp/err.txt" || { echo "FAIL: the second run tokenized again"; cat "$tmp/err.txt"; exit 1; }
 echo "ok: the second run read the token cache"
+"$PARE" eval "hf:$tmp/lm2" --data "text:$text" --seq-len 64 --json -q >"$tmp/tied_eval.json"
+"$PY" - "$tmp" <<'PYEOF'
+import json, sys
+from safetensors import safe_open
+d = sys.argv[1]
+tied = json.load(open(f"{d}/lm2/config.json")).get("tie_word_embeddings")
+with safe_open(f"{d}/lm2/model.safetensors", "pt") as f:
+    head = "lm_head.weight" in f.keys()
+trained = json.load(open(f"{d}/tied.json"))["val_perplexity"]
+saved = json.load(open(f"{d}/tied_eval.json"))["perplexity"]
+print(f"tied head: tie_word_embeddings {tied}, lm_head.weight written: {head}; held-out perplexity {trained:.4f} "
+      f"in training, {saved:.4f} from the written folder")
+sys.exit(0 if tied is True and not head and abs(trained - saved) <= 1e-2 * saved else 1)
+PYEOF
 
 rc=0; "$PARE" train --model "$spec" --data "text:$text" --out "$tmp/bad1" 2>"$tmp/err.txt" || rc=$?
 [[ $rc == 2 ]] && grep -q -- "--tokenizer" "$tmp/err.txt" && [[ ! -e "$tmp/bad1" ]] || { echo "FAIL: no tokenizer: exit $rc $(cat "$tmp/err.txt")"; exit 1; }
