@@ -1,5 +1,9 @@
 // pare distill --teacher T [--teacher T2 --teacher-weights 0.7,0.3] --student S --data D [loss and
 // training options] --out student.onnx
+// pare distill --teacher hf:DIR|gguf:FILE --student llama:...|hf:DIR|from-teacher:layers=0,2 --data text:FILE
+//              [--loss fkl|rkl|jsd:B|skl:A|topk:K -T 1 --alpha 0.5 --chunk-tokens auto] --out DIR
+//              (a language model: token-level KD, a Hugging Face folder out)
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <sstream>
@@ -13,6 +17,11 @@
 #include "distill/distiller.h"
 #include "distill/student.h"
 #include "distill/teacher_cache.h"
+#include "lm/hf_export.h"
+#include "lm/model.h"
+#include "lm/spec.h"
+#include "lm/text.h"
+#include "train/trainer.h"
 
 namespace pare::cli {
 
@@ -34,99 +43,247 @@ distill::ValuePair parse_pair(const std::string& s, const char* option) {
   }
   return v;
 }
+struct DistillOpts {
+  std::vector<std::string> teachers, hints, attentions;
+  std::vector<double> teacher_weights;
+  std::string student, out;
+  TeacherSharding sharding;
+  TrainingRun run;
+  distill::DistillLossOptions loss;
+  // Language models
+  std::string divergence = "fkl", tokenizer;
+  std::string chunk_tokens = "auto";
+  int64_t seq_len = 0;
+  bool temperature_given = false, alpha_given = false;
+};
+
+// The student of a language-model teacher: its layers (from-teacher:), a new model of a spec, or a
+// checkpoint; trained in fp32, with the teacher's tokenizer unless it has its own.
+lm::LmModel lm_student(const DistillOpts& o, const lm::LmModel& teacher, uint64_t seed) {
+  lm::BuildOptions fp32;
+  fp32.dtype = at::kFloat;
+  const std::string& spec = o.student;
+  const std::string tname = "teacher " + o.teachers[0];
+  lm::LmModel m;
+  if (distill::is_derived_spec(spec)) {
+    m = lm::keep_layers(teacher, distill::derived_layers(spec), tname, fp32);
+  } else if (lm::is_new_lm_spec(spec)) {
+    auto tok = o.tokenizer.empty() ? teacher.tok
+                                   : std::make_shared<const lm::Tokenizer>(lm::Tokenizer::from_file(o.tokenizer));
+    PARE_CHECK(tok != nullptr, "--student ", spec, " is a new language model and ", tname,
+               " has no tokenizer: give --tokenizer tokenizer.json");
+    m = lm::init_model(lm::parse_lm_spec(spec, o.tokenizer.empty() ? teacher.config.vocab : tok->vocab_size()), seed);
+    m.tok = tok;
+    m.tokenizer = o.tokenizer.empty() ? teacher.tokenizer : o.tokenizer;
+    m.config.bos = tok->bos_id(), m.config.eos = tok->eos_id(), m.config.pad = tok->pad_id();
+  } else {
+    PARE_CHECK(lm::is_lm_spec(spec), "--student ", spec, ": a language-model teacher needs a language-model student "
+               "(llama:..., hf:DIR, gguf:FILE or from-teacher:layers=...)");
+    m = lm::load_lm(spec, fp32);
+    if (!o.tokenizer.empty())
+      m.tok = std::make_shared<const lm::Tokenizer>(lm::Tokenizer::from_file(o.tokenizer)), m.tokenizer = o.tokenizer;
+  }
+  m.config.dtype = "float32";
+  if (!m.tok) m.tok = teacher.tok, m.tokenizer = teacher.tokenizer;
+  PARE_CHECK(m.tok != nullptr, "neither the student ", spec, " nor ", tname, " has a tokenizer: give --tokenizer");
+  if (teacher.tok && !lm::same_vocabulary(*teacher.tok, *m.tok))
+    throw InputError(pare::detail::concat(
+        "the student ", spec, " and ", tname, " have different tokenizers (", m.tok->vocab_size(), " and ",
+        teacher.tok->vocab_size(), " tokens, not the same token for every id): token-level distillation compares "
+        "their distributions over one vocabulary"));
+  PARE_CHECK(m.config.vocab == teacher.config.vocab, "the student ", spec, " has a vocabulary of ", m.config.vocab,
+             " and ", tname, " of ", teacher.config.vocab, ": token-level distillation needs the same");
+  return m;
+}
+
+// Token-level distillation of a language model on text: windows of --seq-len tokens, --loss over
+// the vocabulary (chunked), a Hugging Face folder out.
+void distill_lm(DistillOpts& o) {
+  const TrainingRun& run = o.run;
+  PARE_CHECK(o.teachers.size() == 1, "a language model distills from one teacher; got ", o.teachers.size());
+  PARE_CHECK(o.hints.empty() && o.attentions.empty() && o.loss.mse_weight_ == 0 && o.loss.cosine_weight_ == 0,
+             "--hint, --attention, --mse and --cosine apply to classifiers; a language model takes --loss");
+  PARE_CHECK(run.normalize.empty() && run.augment.empty(), "--normalize and --augment apply to images, not to text");
+  PARE_CHECK(o.sharding.mode == "none", "--teacher-parallel ", o.sharding.mode,
+             " is not implemented for language-model teachers yet (issue 39)");
+  PARE_CHECK(lm::is_text_spec(run.data), "--data ", run.data, ": a language model distills on text:FILE or jsonl:FILE");
+  train::TrainerOptions topts = run.start();
+  distill::LmDistillOptions lopts;
+  lopts.divergence = distill::TokenDivergence::parse(o.divergence);
+  lopts.temperature = o.temperature_given ? o.loss.temperature_ : 1.0;
+  lopts.alpha = o.alpha_given ? o.loss.alpha_ : 0.5;
+  if (o.chunk_tokens != "auto") {
+    size_t used = 0;
+    try {
+      lopts.chunk_tokens = std::stoll(o.chunk_tokens, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    PARE_CHECK(used > 0 && used == o.chunk_tokens.size() && lopts.chunk_tokens >= 0, "--chunk-tokens '",
+               o.chunk_tokens, "': expected auto or a number of tokens >= 0");
+  }
+  const bool talk = !run.quiet && topts.is_writer();
+  const lm::LmModel teacher = lm::load_lm(o.teachers[0]);
+  lm::LmModel m = lm_student(o, teacher, topts.seed_);
+  const int64_t ctx = std::min(m.config.max_positions, teacher.config.max_positions);
+  const int64_t seq = o.seq_len > 0 ? o.seq_len : std::min<int64_t>(256, ctx);
+  PARE_CHECK(seq <= ctx, "--seq-len ", seq, " is longer than the context of the student or the teacher (", ctx, ")");
+  const core::TensorDataset train = run.text_windows(*m.tok, "train", seq, talk);
+  core::TensorDataset val;
+  if (!run.no_val) val = run.text_windows(*m.tok, run.val_split, seq, talk);
+  // A language model's validation logits are [windows, sequence, vocabulary]: a training batch's
+  // worth at a time.
+  topts.eval_batch_size_ = std::max<int64_t>(1, topts.batch_size_);
+  core::Module student(m.graph);
+  core::Module tmod(teacher.graph, core::Module::Use::kFrozen);
+  if (lopts.chunk_tokens != 0) {
+    const auto [sh, sw] = lm::head_of(m.graph, "the student " + o.student);
+    const auto [th, tw] = lm::head_of(teacher.graph, "teacher " + o.teachers[0]);
+    lopts.student_head = {sh, sw};
+    lopts.teacher_head = {th, tw};
+  }
+  if (talk)
+    std::fprintf(stderr, "distilling %s (%lld parameters) from %s (%lld) on %lld windows of %lld tokens: --loss %s "
+                 "T=%g alpha=%g, %s\n", o.student.c_str(), (long long)student.parameter_count(), o.teachers[0].c_str(),
+                 (long long)teacher.config.parameter_count(), (long long)train.size(), (long long)seq,
+                 lopts.divergence.str().c_str(), lopts.temperature, lopts.alpha,
+                 lopts.chunk_tokens != 0
+                     ? ("vocabulary in chunks of " + std::to_string(lopts.chunk_for(m.config.vocab)) + " tokens").c_str()
+                     : "whole logits");
+  const auto history = distill::distill_lm(student, tmod, lopts, topts, train, run.no_val ? nullptr : &val);
+  double teacher_loss = -1;
+  if (!run.no_val && topts.is_writer())
+    teacher_loss = train::evaluate([&](const at::Tensor& x) { return tmod.forward({x})[0]; }, val,
+                                   topts.eval_batch_size_, "teacher " + o.teachers[0]).loss;
+  if (!topts.is_writer()) return;  // rank 0 writes the model and reports
+  m.graph = student.to_graph();
+  lm::save_hf(m, o.out, lm::HfExportOptions().metadata("pare.distilled_from", o.teachers[0]));
+  const auto& last = history.back();
+  nlohmann::json j = {{"student", o.student}, {"teacher", o.teachers[0]}, {"out", o.out},
+                      {"loss", lopts.divergence.str()}, {"temperature", lopts.temperature}, {"alpha", lopts.alpha},
+                      {"epochs", history.size()}, {"train_loss", last.train_loss}, {"tokens_per_s", last.samples_per_s}};
+  if (last.val_loss >= 0) {
+    j["student_perplexity"] = std::exp(last.val_loss);
+    j["teacher_perplexity"] = std::exp(teacher_loss);
+  }
+  if (run.json) {
+    std::cout << j.dump() << "\n";
+  } else if (!run.quiet) {
+    if (last.val_loss >= 0)
+      std::fprintf(stderr, "%s perplexity: teacher %.2f, student %.2f\n", run.val_split.c_str(), std::exp(teacher_loss),
+                   std::exp(last.val_loss));
+    std::fprintf(stderr, "wrote %s\n", o.out.c_str());
+  }
+}
+
+// Distillation of a classifier (or any model with labels): an ONNX student out.
+void distill_classifier(DistillOpts& o) {
+  const TrainingRun& run = o.run;
+  train::TrainerOptions topts = run.start();
+  distill::DistillLossOptions lopts = o.loss;
+  lopts.seed(topts.seed_);
+  for (auto& h : o.hints) {
+    auto p = parse_pair(h, "--hint");
+    lopts.hint(p.teacher_value, p.student_value, p.weight);
+  }
+  for (auto& a : o.attentions) {
+    auto p = parse_pair(a, "--attention");
+    lopts.attention(p.teacher_value, p.student_value, p.weight);
+  }
+  lopts.validate();
+  auto teacher = o.sharding.load(o.teachers, o.teacher_weights, topts.seed_, topts.process_group_, run.quiet);
+  const bool sharded = dynamic_cast<engine::ShardedEngine*>(teacher.get()) != nullptr;
+  core::Graph g = [&] {
+    if (!distill::is_derived_spec(o.student)) return core::load_model(o.student, topts.seed_);
+    PARE_CHECK(o.teachers.size() == 1, "--student ", o.student, " derives the student from one teacher, but ",
+               o.teachers.size(), " teachers were given");
+    return distill::derive_student(core::load_model(o.teachers[0], topts.seed_), o.student, o.teachers[0]);
+  }();
+  core::TensorDataset train, val;
+  const core::TensorDataset* val_ptr = run.load_data(train, val, g, topts);
+  core::Module student(std::move(g));
+  if (!run.quiet && topts.is_writer())
+    std::fprintf(stderr, "distilling %s (%lld parameters) from %s on %s: T=%g alpha=%g\n",
+                 o.student.c_str(), (long long)student.parameter_count(),
+                 teacher->describe().c_str(), train.name.c_str(), lopts.temperature_, lopts.alpha_);
+  auto history = distill::distill(student, *teacher, lopts, topts, train, val_ptr);
+  core::Graph trained = student.to_graph();
+  trained.metadata["pare.distilled_from"] = [&] {
+    std::string s;
+    for (auto& t : o.teachers) s += (s.empty() ? "" : ",") + t;
+    return s;
+  }();
+  // The teacher's accuracy on the same split, for the side-by-side report (a cache holds only
+  // the training rows). A sharded teacher's forward is collective: every rank takes part.
+  double teacher_acc = -1;
+  const bool cached = dynamic_cast<engine::CachedEngine*>(teacher.get()) != nullptr;
+  if (!run.no_val && !cached && (topts.is_writer() || sharded))
+    teacher_acc = train::evaluate([&](const at::Tensor& x) { return teacher->logits(x); }, val, 512,
+                                  teacher->describe()).accuracy;
+  if (!topts.is_writer()) return;  // rank 0 writes the model and reports
+  core::save_onnx(trained, o.out);
+  nlohmann::json j = {{"student", o.student}, {"out", o.out}, {"epochs", history.size()},
+                      {"train_loss", history.back().train_loss}};
+  if (!run.no_val) {
+    j["student_accuracy"] = history.back().val_accuracy;
+    std::string teacher_part = "teacher (cached) -";
+    if (teacher_acc >= 0) {
+      j["teacher_accuracy"] = teacher_acc;
+      char buf[64];
+      std::snprintf(buf, sizeof(buf), "teacher %.2f%%", teacher_acc * 100);
+      teacher_part = buf;
+    }
+    if (!run.quiet)
+      std::fprintf(stderr, "%s accuracy: %s, student %.2f%%\n", run.val_split.c_str(), teacher_part.c_str(),
+                   history.back().val_accuracy * 100);
+  }
+  if (run.json) std::cout << j.dump() << "\n";
+  else if (!run.quiet) std::fprintf(stderr, "wrote %s\n", o.out.c_str());
+}
+
 }  // namespace
 
 void add_distill(CLI::App& app, Action& action) {
-  auto* cmd = app.add_subcommand("distill", "Distill a student from one or more teachers");
-  struct Opts {
-    std::vector<std::string> teachers, hints, attentions;
-    std::vector<double> teacher_weights;
-    std::string student, out;
-    TeacherSharding sharding;
-    TrainingRun run;
-    distill::DistillLossOptions loss;
-  };
+  auto* cmd = app.add_subcommand("distill", "Distill a student from one or more teachers (classifiers, or language models "
+                                            "token by token)");
+  using Opts = DistillOpts;
   auto o = std::make_shared<Opts>();
   cmd->add_option("--teacher,-t", o->teachers, "Teacher: ONNX file, zoo spec, TorchScript (.pt) or cache:DIR (pare teacher-cache); repeat for an ensemble (loading TorchScript runs the code in the file, as torch.load of a pickle does: only files you trust)")
       ->required();
   cmd->add_option("--teacher-weights", o->teacher_weights, "Ensemble weights, e.g. 0.7,0.3 (default: equal)")
       ->delimiter(',');
   o->sharding.add_options(cmd);
-  cmd->add_option("--student,-s", o->student, "Student: zoo spec, ONNX file, or from-teacher:layers=0,2,4 (the teacher's layers 0, 2 and 4, with its weights)")->required();
-  cmd->add_option("--out,-o", o->out, "Where to write the student (.onnx)")->required();
+  cmd->add_option("--student,-s", o->student, "Student: zoo spec, ONNX file, or from-teacher:layers=0,2,4 (the teacher's "
+                  "layers 0, 2 and 4, with its weights); of a language model also llama:..., qwen2:..., gpt2:... (a new "
+                  "model, the teacher's tokenizer and vocabulary), hf:DIR or gguf:FILE")->required();
+  cmd->add_option("--out,-o", o->out, "Where to write the student (.onnx; a language model: a Hugging Face folder)")
+      ->required();
   auto g = "Distillation";
-  cmd->add_option("--temperature,-T", o->loss.temperature_, "Softmax temperature of the KD term")
-      ->capture_default_str()->group(g);
-  cmd->add_option("--alpha", o->loss.alpha_, "Weight of the KD term; labels' cross entropy gets 1 - alpha")
-      ->capture_default_str()->group(g);
+  cmd->add_option("--temperature,-T", o->loss.temperature_, "Softmax temperature of the KD term (default 4; 1 for a "
+                  "language model)")->group(g)->each([o](const std::string&) { o->temperature_given = true; });
+  cmd->add_option("--alpha", o->loss.alpha_, "Weight of the KD term (times T*T); labels' cross entropy gets 1 - alpha "
+                  "(default 0.9; 0.5 for a language model)")->group(g)->each([o](const std::string&) { o->alpha_given = true; });
   cmd->add_option("--mse", o->loss.mse_weight_, "Weight of an MSE term on the logits")->group(g);
   cmd->add_option("--cosine", o->loss.cosine_weight_, "Weight of a cosine term on the logits")->group(g);
   cmd->add_option("--hint", o->hints, "Feature hint TEACHER_VALUE:STUDENT_VALUE[:WEIGHT] (repeatable)")->group(g);
   cmd->add_option("--attention", o->attentions, "Attention transfer TEACHER_VALUE:STUDENT_VALUE[:WEIGHT]")->group(g);
+  auto lmg = "Language models";
+  cmd->add_option("--loss", o->divergence, "Token-level divergence: fkl (forward KL), rkl (reverse KL), jsd:BETA "
+                  "(generalized JSD, TRL's GKD), skl:ALPHA (skew KL), topk:K (the teacher's K likeliest tokens and a "
+                  "tail bucket)")->capture_default_str()->group(lmg);
+  cmd->add_option("--chunk-tokens", o->chunk_tokens, "Tokens whose [tokens, vocabulary] logits exist at once (the LM "
+                  "heads applied chunk by chunk); auto: 2^24 logits (128 tokens at a vocabulary of 128,256); 0: the "
+                  "whole batch's")->capture_default_str()->group(lmg);
+  cmd->add_option("--tokenizer", o->tokenizer, "tokenizer.json of a new student (default: the teacher's; another "
+                  "vocabulary is refused)")->group(lmg);
+  cmd->add_option("--seq-len", o->seq_len, "Tokens per training window (default 256, at most the context)")->group(lmg);
   o->run.add_options(cmd);
+  cmd->get_option("--data")->description("fashion-mnist[:DIR] or npy:X.npy,Y.npy; for a language model text:FILE[,FILE...] "
+                                         "or jsonl:FILE[:FIELD] (every 10th document is --val-split test)");
   cmd->callback([&action, o] {
     action = [o] {
-      const TrainingRun& run = o->run;
-      train::TrainerOptions topts = run.start();
-      distill::DistillLossOptions lopts = o->loss;
-      lopts.seed(topts.seed_);
-      for (auto& h : o->hints) {
-        auto p = parse_pair(h, "--hint");
-        lopts.hint(p.teacher_value, p.student_value, p.weight);
-      }
-      for (auto& a : o->attentions) {
-        auto p = parse_pair(a, "--attention");
-        lopts.attention(p.teacher_value, p.student_value, p.weight);
-      }
-      lopts.validate();
-      auto teacher = o->sharding.load(o->teachers, o->teacher_weights, topts.seed_, topts.process_group_, run.quiet);
-      const bool sharded = dynamic_cast<engine::ShardedEngine*>(teacher.get()) != nullptr;
-      core::Graph g = [&] {
-        if (!distill::is_derived_spec(o->student)) return core::load_model(o->student, topts.seed_);
-        PARE_CHECK(o->teachers.size() == 1, "--student ", o->student, " derives the student from one teacher, but ",
-                   o->teachers.size(), " teachers were given");
-        return distill::derive_student(core::load_model(o->teachers[0], topts.seed_), o->student, o->teachers[0]);
-      }();
-      core::TensorDataset train, val;
-      const core::TensorDataset* val_ptr = run.load_data(train, val, g, topts);
-      core::Module student(std::move(g));
-      if (!run.quiet && topts.is_writer())
-        std::fprintf(stderr, "distilling %s (%lld parameters) from %s on %s: T=%g alpha=%g\n",
-                     o->student.c_str(), (long long)student.parameter_count(),
-                     teacher->describe().c_str(), train.name.c_str(), lopts.temperature_, lopts.alpha_);
-      auto history = distill::distill(student, *teacher, lopts, topts, train, val_ptr);
-      core::Graph trained = student.to_graph();
-      trained.metadata["pare.distilled_from"] = [&] {
-        std::string s;
-        for (auto& t : o->teachers) s += (s.empty() ? "" : ",") + t;
-        return s;
-      }();
-      // The teacher's accuracy on the same split, for the side-by-side report (a cache holds only
-      // the training rows). A sharded teacher's forward is collective: every rank takes part.
-      double teacher_acc = -1;
-      const bool cached = dynamic_cast<engine::CachedEngine*>(teacher.get()) != nullptr;
-      if (!run.no_val && !cached && (topts.is_writer() || sharded))
-        teacher_acc = train::evaluate([&](const at::Tensor& x) { return teacher->logits(x); }, val, 512,
-                                      teacher->describe()).accuracy;
-      if (!topts.is_writer()) return;  // rank 0 writes the model and reports
-      core::save_onnx(trained, o->out);
-      nlohmann::json j = {{"student", o->student}, {"out", o->out}, {"epochs", history.size()},
-                          {"train_loss", history.back().train_loss}};
-      if (!run.no_val) {
-        j["student_accuracy"] = history.back().val_accuracy;
-        std::string teacher_part = "teacher (cached) -";
-        if (teacher_acc >= 0) {
-          j["teacher_accuracy"] = teacher_acc;
-          char buf[64];
-          std::snprintf(buf, sizeof(buf), "teacher %.2f%%", teacher_acc * 100);
-          teacher_part = buf;
-        }
-        if (!run.quiet)
-          std::fprintf(stderr, "%s accuracy: %s, student %.2f%%\n", run.val_split.c_str(), teacher_part.c_str(),
-                       history.back().val_accuracy * 100);
-      }
-      if (run.json) std::cout << j.dump() << "\n";
-      else if (!run.quiet) std::fprintf(stderr, "wrote %s\n", o->out.c_str());
+      if (lm::is_lm_spec(o->teachers.at(0)) || lm::is_text_spec(o->run.data)) return distill_lm(*o);
+      distill_classifier(*o);
     };
   });
 }

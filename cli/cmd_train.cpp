@@ -9,7 +9,6 @@
 #include "cli/commands.h"
 #include "core/module.h"
 #include "core/onnx_io.h"
-#include "lm/data.h"
 #include "lm/hf_export.h"
 #include "lm/model.h"
 #include "lm/spec.h"
@@ -57,16 +56,9 @@ void train_lm(TrainOpts& o) {
   PARE_CHECK(seq <= m.config.max_positions, "--seq-len ", seq, " is longer than the model's context (",
              m.config.max_positions, ")");
   const bool talk = !run.quiet && opts.is_writer();
-  auto tokens = [&](const std::string& split) {
-    bool hit = false;
-    const std::vector<int64_t> ids = lm::cached_tokens(*m.tok, run.data, split, lm::cache_dir(), &hit);
-    if (talk) std::fprintf(stderr, "%s (%s): %zu tokens%s\n", run.data.c_str(), split.c_str(), ids.size(),
-                           hit ? " (from the token cache)" : ", tokenized and cached");
-    return lm::token_windows(ids, seq, run.data + " (" + split + ")");
-  };
-  const core::TensorDataset train = tokens("train");
+  const core::TensorDataset train = run.text_windows(*m.tok, "train", seq, talk);
   core::TensorDataset val;
-  if (!run.no_val) val = tokens(run.val_split);
+  if (!run.no_val) val = run.text_windows(*m.tok, run.val_split, seq, talk);
   core::Module model(m.graph);
   if (talk)
     std::fprintf(stderr, "training %s (%lld parameters) on %lld windows of %lld tokens, %lld epochs\n", o.model.c_str(),

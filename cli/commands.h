@@ -13,6 +13,7 @@
 #include "core/data.h"
 #include "core/graph.h"
 #include "distill/teacher_placement.h"
+#include "lm/tokenizer.h"
 #include "train/run.h"
 #include "train/trainer.h"
 
@@ -66,6 +67,10 @@ struct TrainingRun : train::RunSetup {
   /// `skip` are left to the command (which declares them for a purpose of its own).
   void add_training_options(CLI::App* cmd, const std::string& group, CLI::Option* needs = nullptr,
                             const std::set<std::string>& skip = {});
+  /// A language model's windows of `seq_len` tokens of --data's `split` (lm::cached_tokens, then
+  /// lm::token_windows), saying on stderr when `talk` how many tokens and whether the cache answered.
+  core::TensorDataset text_windows(const lm::Tokenizer& tok, const std::string& split, int64_t seq_len,
+                                   bool talk) const;
 };
 
 /// How teachers are run (distill::TeacherPlacement) and its flags: --teacher-engine (libtorch or

@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "dist/shard.h"
 #include "dist/world.h"
+#include "lm/data.h"
 
 namespace pare::cli {
 
@@ -154,6 +155,16 @@ void TrainingRun::add_training_options(CLI::App* cmd, const std::string& group, 
   option("--augment", augment,
          "Random views of each training image: flip, shift=PIXELS or both (flip,shift=2); a teacher sees the "
          "same view");
+}
+
+core::TensorDataset TrainingRun::text_windows(const lm::Tokenizer& tok, const std::string& split, int64_t seq_len,
+                                              bool talk) const {
+  bool hit = false;
+  const std::vector<int64_t> ids = lm::cached_tokens(tok, data, split, lm::cache_dir(), &hit);
+  if (talk)
+    std::fprintf(stderr, "%s (%s): %zu tokens%s\n", data.c_str(), split.c_str(), ids.size(),
+                 hit ? " (from the token cache)" : ", tokenized and cached");
+  return lm::token_windows(ids, seq_len, data + " (" + split + ")");
 }
 
 }  // namespace pare::cli

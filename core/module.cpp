@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <functional>
 #include <set>
+#include <unordered_set>
 
 #include "core/dtype.h"
 #include "core/error.h"
@@ -90,7 +91,7 @@ void Module::refresh_ties() {
   }
 }
 
-void Module::run(const std::vector<at::Tensor>& inputs, std::vector<at::Tensor>& slots) {
+void Module::run(const std::vector<at::Tensor>& inputs, std::vector<at::Tensor>& slots, size_t steps) {
   PARE_CHECK(inputs.size() == graph_.inputs.size(), "model '", graph_.name, "' takes ",
              graph_.inputs.size(), " input(s), got ", inputs.size());
   slots = consts_;
@@ -117,7 +118,8 @@ void Module::run(const std::vector<at::Tensor>& inputs, std::vector<at::Tensor>&
     slots[input_slots_[i]] = v;
   }
   std::vector<at::Tensor> args;
-  for (const Step& s : steps_) {
+  for (size_t i = 0; i < std::min(steps, steps_.size()); ++i) {
+    const Step& s = steps_[i];
     args.clear();
     for (int in : s.in) args.push_back(in < 0 ? at::Tensor() : slots[in]);
     std::vector<at::Tensor> outs;
@@ -170,6 +172,24 @@ std::unordered_map<std::string, at::Tensor> Module::forward_values(
   std::unordered_map<std::string, at::Tensor> r;
   for (auto& o : graph_.outputs) r[o.name] = slots[slot_of(o.name)];
   for (auto& e : extra) r[e] = slots[slot_of(e)];
+  return r;
+}
+
+std::unordered_map<std::string, at::Tensor> Module::forward_until(const std::vector<at::Tensor>& inputs,
+                                                                  const std::vector<std::string>& names) {
+  std::unordered_set<int> wanted;
+  for (auto& n : names) {
+    PARE_CHECK(slot_.count(n), "model '", graph_.name, "' has no value named '", n, "'");
+    wanted.insert(slot_of(n));
+  }
+  size_t last = 0;  // steps to run: up to the last one making a wanted value
+  for (size_t i = 0; i < steps_.size(); ++i)
+    for (int o : steps_[i].out)
+      if (wanted.count(o)) last = i + 1;
+  std::vector<at::Tensor> slots;
+  run(inputs, slots, last);
+  std::unordered_map<std::string, at::Tensor> r;
+  for (auto& n : names) r[n] = slots[slot_of(n)];
   return r;
 }
 

@@ -13,6 +13,7 @@
 
 #include <ATen/ATen.h>
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <unordered_map>
@@ -44,6 +45,13 @@ class Module {
   /// the graph does not define.
   std::unordered_map<std::string, at::Tensor> forward_values(const std::vector<at::Tensor>& inputs,
                                                              const std::vector<std::string>& extra);
+
+  /// Only the named values (intermediates or initializers as this run reads them: a tied weight's
+  /// view is the one gradients flow through), running the plan no further than the last step that
+  /// makes one of them: a language model's last hidden state without its [tokens, vocabulary]
+  /// logits. Throws InputError for a name the graph does not define.
+  std::unordered_map<std::string, at::Tensor> forward_until(const std::vector<at::Tensor>& inputs,
+                                                            const std::vector<std::string>& names);
 
   /// Throws InternalError for a frozen module.
   void train(bool on = true);
@@ -87,7 +95,8 @@ class Module {
   // refreshes parameters() (they are among the constants).
   void replace_consts(const std::function<bool(const at::Tensor&)>& select,
                       const std::function<at::Tensor(const at::Tensor&)>& convert);
-  void run(const std::vector<at::Tensor>& inputs, std::vector<at::Tensor>& slots);
+  // Runs the plan's first `steps` steps (all by default).
+  void run(const std::vector<at::Tensor>& inputs, std::vector<at::Tensor>& slots, size_t steps = SIZE_MAX);
   int slot_of(const std::string& name) const;
 
   // A tied initializer (Graph::tied_initializers): the view's geometry over its base's storage.

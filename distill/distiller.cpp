@@ -1,6 +1,8 @@
 #include "distill/distiller.h"
 
 #include <memory>
+#include <string>
+#include <unordered_map>
 
 #include "core/error.h"
 #include "distill/teacher_cache.h"
@@ -75,6 +77,59 @@ std::vector<train::EpochStats> distill(core::Module& student, Teacher& teacher,
       },
       loss->parameters());
   if (configure) configure(trainer);
+  return trainer.fit(train, val);
+}
+
+std::vector<train::EpochStats> distill_lm(core::Module& student, core::Module& teacher, const LmDistillOptions& options,
+                                          const train::TrainerOptions& trainer_opts, const core::TensorDataset& train,
+                                          const core::TensorDataset* val) {
+  PARE_CHECK(train.size() > 0, "the training set '", train.name, "' is empty");
+  PARE_CHECK_OPTION(options.chunk_tokens >= 0 || options.chunk_tokens == LmDistillOptions::kAutoChunk, "chunk_tokens",
+                    "must be >= 0 (or auto), got ", options.chunk_tokens);
+  LmDistillOptions opts = options;
+  const at::Device device = trainer_opts.device_;
+  student.to(device);
+  teacher.to(device);
+  const bool chunked = opts.chunk_tokens != 0;
+  // The vocabularies, from one window: the logits' widths, or the heads'.
+  {
+    at::NoGradGuard no_grad;
+    const at::Tensor x = train.x.narrow(0, 0, 1).narrow(1, 0, std::min<int64_t>(2, train.x.size(1))).to(device);
+    auto width = [&](core::Module& m, const LmHead& head, const char* who) {
+      if (!chunked) return m.forward({x})[0].size(-1);
+      PARE_CHECK(!head.hidden.empty() && !head.weight.empty(), "the ", who, "'s LM head is not known: the chunked "
+                 "loss needs it (or distill with chunk_tokens 0)");
+      return m.forward_until({x}, {head.weight}).at(head.weight).size(-1);
+    };
+    const int64_t vs = width(student, opts.student_head, "student"), vt = width(teacher, opts.teacher_head, "teacher");
+    PARE_CHECK(vs == vt, "the student's vocabulary has ", vs, " tokens and the teacher's ", vt,
+               ": token-level distillation needs the same vocabulary");
+    opts.chunk_tokens = opts.chunk_for(vs);
+  }
+  train::Trainer trainer(student, trainer_opts);
+  trainer.set_loss([&teacher, opts, chunked](core::Module& m, const core::Batch& b) {
+    train::StepOutput out;
+    if (!chunked) {
+      at::Tensor t;
+      {
+        at::NoGradGuard no_grad;
+        t = teacher.forward({b.x})[0];
+      }
+      out.logits = m.forward({b.x})[0];
+      out.loss = lm_kd_loss(out.logits, t, b.y, opts.divergence, opts.temperature, opts.alpha);
+      return out;
+    }
+    std::unordered_map<std::string, at::Tensor> t;
+    {
+      at::NoGradGuard no_grad;
+      t = teacher.forward_until({b.x}, {opts.teacher_head.hidden, opts.teacher_head.weight});
+    }
+    auto s = m.forward_until({b.x}, {opts.student_head.hidden, opts.student_head.weight});
+    out.loss = chunked_lm_kd_loss(s.at(opts.student_head.hidden), s.at(opts.student_head.weight),
+                                  t.at(opts.teacher_head.hidden), t.at(opts.teacher_head.weight), b.y, opts.divergence,
+                                  opts.temperature, opts.alpha, opts.chunk_tokens, &out.predictions);
+    return out;
+  });
   return trainer.fit(train, val);
 }
 

@@ -7,6 +7,8 @@
 //       train::TrainerOptions().epochs(10).lr(1e-3), train, &test);
 #pragma once
 
+#include <algorithm>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -33,6 +35,39 @@ std::vector<train::EpochStats> distill(core::Module& student, Teacher& teacher,
                                 const DistillLossOptions& loss, const train::TrainerOptions& trainer,
                                 const core::TensorDataset& train, const core::TensorDataset* val,
                                 const std::function<void(train::Trainer&)>& configure = nullptr);
+
+/// A language model's logits as hidden @ head: the value of its last hidden state (after the final
+/// norm) and the initializer of its head [hidden, vocab] (lm::head_of finds them).
+struct LmHead {
+  std::string hidden, weight;
+};
+
+/// How distill_lm distills a language model (`pare distill` on text).
+struct LmDistillOptions {
+  TokenDivergence divergence;  ///< fkl unless set
+  double temperature = 1.0;
+  double alpha = 0.5;  ///< weight of the divergence (times T*T); the next-token cross entropy gets 1 - alpha
+  /// Tokens per chunk of chunked_lm_kd_loss; 0 computes the whole [tokens, vocabulary] logits of both
+  /// models (lm_kd_loss), which the heads are then not needed for; kAutoChunk makes chunks of 2^24
+  /// logits (128 tokens at Llama 3's vocabulary of 128,256, 2,048 at 8,192).
+  static constexpr int64_t kAutoChunk = -1;
+  int64_t chunk_tokens = kAutoChunk;
+  /// chunk_tokens for a vocabulary of `vocab` tokens, kAutoChunk resolved.
+  int64_t chunk_for(int64_t vocab) const {
+    return chunk_tokens == kAutoChunk ? std::max<int64_t>(1, (int64_t{1} << 24) / std::max<int64_t>(1, vocab)) : chunk_tokens;
+  }
+  LmHead student_head, teacher_head;
+};
+
+/// Trains the language model `student` from `teacher` (a frozen Module of the same vocabulary) on
+/// token windows (lm::token_windows: x [N, S] ids, y [N, S] next tokens, -100 for tokens that do not
+/// count), with lm_kd_loss or, chunked, chunked_lm_kd_loss. The teacher runs once per batch without
+/// gradients, only as far as its last hidden state when chunked. Accuracy counts next tokens; the
+/// validation loss is the student's next-token cross entropy. Throws InputError when the vocabularies
+/// differ or a head is not found.
+std::vector<train::EpochStats> distill_lm(core::Module& student, core::Module& teacher, const LmDistillOptions& opts,
+                                          const train::TrainerOptions& trainer, const core::TensorDataset& train,
+                                          const core::TensorDataset* val);
 
 /// Where a student learns from, for fine_tune: teachers (zoo specs or model files, weighted as
 /// an ensemble) and the distillation loss; no teachers means cross entropy alone.

@@ -2,6 +2,8 @@
 #include "distill/losses.h"
 
 #include <ATen/core/grad_mode.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/custom_function.h>
 
 #include <cmath>
 #include <limits>
@@ -291,6 +293,102 @@ at::Tensor lm_kd_loss(const at::Tensor& student_logits, const at::Tensor& teache
     accumulate(total, ce, 1.0 - alpha);
   }
   return total;
+}
+
+namespace {
+
+struct ChunkArgs {
+  TokenDivergence divergence;
+  double temperature, alpha;
+  int64_t chunk;
+  at::Tensor* predictions;
+};
+
+// chunked_lm_kd_loss as an autograd node: the forward walks the chunks, making the loss and, when
+// the student needs them, the gradients of the hidden states and the head; backward scales those.
+struct ChunkedLmKd : torch::autograd::Function<ChunkedLmKd> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& head,
+                            const at::Tensor& teacher_hidden, const at::Tensor& teacher_head, const at::Tensor& labels,
+                            const ChunkArgs& a) {
+    const int64_t dim = hidden.size(-1), vocab = head.size(1);
+    const at::Tensor h = hidden.detach().reshape({-1, dim});
+    const at::Tensor th = teacher_hidden.detach().reshape({-1, teacher_hidden.size(-1)});
+    const at::Tensor y = labels.reshape({-1}).to(at::kLong);
+    const int64_t tokens = h.size(0);
+    const int64_t counted = (y != -100).sum().item<int64_t>();
+    const bool grads = hidden.requires_grad() || head.requires_grad();
+    const at::Tensor w = as_float(head.detach()), tw = teacher_head.detach();
+    at::Tensor grad_h = grads ? at::zeros({tokens, dim}, h.options().dtype(at::kFloat)) : at::Tensor();
+    at::Tensor grad_w = grads ? at::zeros_like(w) : at::Tensor();
+    at::Tensor pred = a.predictions ? at::empty({tokens}, y.options()) : at::Tensor();
+    at::Tensor total = at::zeros({}, h.options().dtype(at::kFloat));
+    for (int64_t begin = 0; begin < tokens; begin += a.chunk) {
+      const int64_t end = std::min(tokens, begin + a.chunk);
+      const at::Tensor yc = y.slice(0, begin, end);
+      const int64_t n = counted > 0 ? (yc != -100).sum().item<int64_t>() : 0;
+      const at::Tensor t = as_float(at::matmul(th.slice(0, begin, end), tw));
+      at::AutoGradMode grad_mode(grads && n > 0);
+      at::Tensor hc = as_float(h.slice(0, begin, end)), wc = w;
+      if (grads && n > 0) {
+        hc = hc.detach().requires_grad_();
+        wc = w.detach().requires_grad_();
+      }
+      const at::Tensor s = at::matmul(hc, wc);
+      if (pred.defined()) pred.slice(0, begin, end).copy_(s.detach().argmax(-1));
+      if (n == 0) continue;
+      // lm_kd_loss averages over the chunk's counted tokens; weighted back to the whole batch's.
+      const at::Tensor loss = lm_kd_loss(s, t, yc, a.divergence, a.temperature, a.alpha) *
+                              (static_cast<double>(n) / static_cast<double>(counted));
+      if (grads) {
+        const auto g = torch::autograd::grad({loss}, {hc, wc});
+        grad_h.slice(0, begin, end).copy_(g[0]);
+        grad_w.add_(g[1]);
+      }
+      total += loss.detach();
+    }
+    if (a.predictions) *a.predictions = pred.view(labels.sizes());
+    if (grads) ctx->save_for_backward({grad_h.to(hidden.scalar_type()).view(hidden.sizes()), grad_w.to(head.scalar_type())});
+    return total;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_out) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor& g = grad_out[0];
+    return {saved[0] * g, saved[1] * g, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor chunked_lm_kd_loss(const at::Tensor& student_hidden, const at::Tensor& student_head,
+                              const at::Tensor& teacher_hidden, const at::Tensor& teacher_head, const at::Tensor& labels,
+                              const TokenDivergence& divergence, double temperature, double alpha,
+                              int64_t chunk_tokens, at::Tensor* predictions) {
+  check_temperature(temperature);
+  check_alpha(alpha);
+  PARE_CHECK(chunk_tokens >= 1, "chunked_lm_kd_loss requires chunks of at least 1 token. However, it got ",
+             chunk_tokens);
+  PARE_CHECK(student_hidden.defined() && student_head.defined() && teacher_hidden.defined() &&
+                 teacher_head.defined() && labels.defined(),
+             "chunked_lm_kd_loss requires the hidden states, heads and labels of both models");
+  PARE_CHECK(student_hidden.dim() >= 2 && teacher_hidden.dim() == student_hidden.dim() &&
+                 teacher_hidden.sizes().slice(0, teacher_hidden.dim() - 1) ==
+                     student_hidden.sizes().slice(0, student_hidden.dim() - 1),
+             "chunked_lm_kd_loss requires hidden states [..., D] of rank >= 2 with the same leading shape. However, "
+             "the student's have shape ", student_hidden.sizes(), " and the teacher's ", teacher_hidden.sizes());
+  PARE_CHECK(student_head.dim() == 2 && teacher_head.dim() == 2 && student_head.size(0) == student_hidden.size(-1) &&
+                 teacher_head.size(0) == teacher_hidden.size(-1) && student_head.size(1) == teacher_head.size(1),
+             "chunked_lm_kd_loss requires heads [D, V] fitting the hidden states, with the same vocabulary V. "
+             "However, the student's head has shape ", student_head.sizes(), " for hidden states ",
+             student_hidden.sizes(), " and the teacher's ", teacher_head.sizes(), " for ", teacher_hidden.sizes());
+  PARE_CHECK(labels.sizes() == student_hidden.sizes().slice(0, student_hidden.dim() - 1) &&
+                 at::isIntegralType(labels.scalar_type(), /*includeBool=*/false),
+             "chunked_lm_kd_loss requires integer labels of the hidden states' leading shape ",
+             student_hidden.sizes().slice(0, student_hidden.dim() - 1), ". However, they are ", labels.scalar_type(),
+             " ", labels.sizes());
+  return ChunkedLmKd::apply(student_hidden, student_head, teacher_hidden, teacher_head, labels,
+                            ChunkArgs{divergence, temperature, alpha, chunk_tokens, predictions});
 }
 
 at::Tensor logits_mse_loss(const at::Tensor& student, const at::Tensor& teacher) {

@@ -4,6 +4,8 @@
 //   mixed_kd_loss(s, t, y, T, a)     a * KD + (1 - a) * cross-entropy(s, y)
 //   token_divergence(s, t, m, d, T)  a language model's per-token fkl, rkl, jsd, skl or top-k KL
 //   lm_kd_loss(s, t, y, d, T, a)     a * T^2 * token_divergence + (1 - a) * next-token cross-entropy
+//   chunked_lm_kd_loss(hs, Ws, ht, Wt, y, d, T, a, c)  the same from last hidden states and LM heads,
+//                                    c tokens at a time: never the whole [tokens, vocabulary] logits
 //   logits_mse_loss(s, t)            mean squared error between logits
 //   cosine_loss(s, t)                mean over rows of 1 - cos(s_i, t_i)
 //   attention_transfer_loss(s, t)    MiniLM-style KL between attention distributions
@@ -87,6 +89,22 @@ at::Tensor token_divergence(const at::Tensor& student_logits, const at::Tensor& 
 /// [0, 1] or labels of another shape, dtype or outside [0, V) besides -100.
 at::Tensor lm_kd_loss(const at::Tensor& student_logits, const at::Tensor& teacher_logits, const at::Tensor& labels,
                       const TokenDivergence& divergence, double temperature, double alpha);
+
+/// lm_kd_loss of the logits hidden @ head for the student and the teacher, computed in chunks of
+/// `chunk_tokens` tokens so that no more than one chunk's [tokens, vocabulary] logits of either model
+/// exist at once: `student_hidden` [..., D] is the student's last hidden state (after its final
+/// norm) and `student_head` [D, V] its LM head as the graph multiplies by it; `teacher_hidden`
+/// [..., Dt] (the same leading shape) and `teacher_head` [Dt, V] the teacher's, detached. As Liger's
+/// fused linear cross entropy does, each chunk's gradients for the hidden state and the head are
+/// made in the forward, while its logits exist, and backward only scales them: one head product
+/// forward and two backward, as the plain loss, with memory of one chunk. Equals lm_kd_loss of the
+/// whole logits up to rounding (the sum runs in another order). `predictions`, when given, receives
+/// the student's argmax per token (labels' shape) for accuracy. Throws InputError for shapes that do
+/// not fit together, chunk_tokens < 1, and what lm_kd_loss throws.
+at::Tensor chunked_lm_kd_loss(const at::Tensor& student_hidden, const at::Tensor& student_head,
+                              const at::Tensor& teacher_hidden, const at::Tensor& teacher_head, const at::Tensor& labels,
+                              const TokenDivergence& divergence, double temperature, double alpha,
+                              int64_t chunk_tokens, at::Tensor* predictions = nullptr);
 
 /// Mean squared error over all elements. Throws InputError when the shapes differ.
 at::Tensor logits_mse_loss(const at::Tensor& student, const at::Tensor& teacher);

@@ -19,8 +19,10 @@ std::string join_ints(const std::vector<int64_t>& v) {
   return os.str();
 }
 
-// "layers=0,2,4" -> {0, 2, 4}
-std::vector<int64_t> parse_layers(const std::string& spec) {
+}  // namespace
+
+std::vector<int64_t> derived_layers(const std::string& spec) {
+  PARE_CHECK(is_derived_spec(spec), "'", spec, "' is not a from-teacher: student spec");
   const std::string body = spec.substr(std::string(kPrefix).size());
   PARE_CHECK(body.rfind("layers=", 0) == 0, "student '", spec,
              "': expected from-teacher:layers=I,J,... (the teacher layers to keep)");
@@ -43,6 +45,8 @@ std::vector<int64_t> parse_layers(const std::string& spec) {
   PARE_CHECK(!layers.empty(), "student '", spec, "': keep at least one layer");
   return layers;
 }
+
+namespace {
 
 // The values a set of nodes reads from outside itself (initializers excluded) and the values it
 // produces that something outside it reads (or that are graph outputs). A Constant node's value
@@ -114,8 +118,7 @@ LayerBlocks find_layer_blocks(const core::Graph& g, const std::string& what_arg)
 
 core::Graph derive_student(const core::Graph& teacher, const std::string& spec,
                            const std::string& teacher_name) {
-  PARE_CHECK(is_derived_spec(spec), "'", spec, "' is not a from-teacher: student spec");
-  const std::vector<int64_t> keep = parse_layers(spec);
+  const std::vector<int64_t> keep = derived_layers(spec);
   core::Graph g = teacher;
   LayerBlocks blocks = find_layer_blocks(g, teacher_name.empty() ? "" : "teacher '" + teacher_name + "'");
   std::vector<int64_t> have;

@@ -24,6 +24,10 @@ namespace pare::distill {
 /// True for "from-teacher:..." student specs.
 bool is_derived_spec(const std::string& spec);
 
+/// The layers "from-teacher:layers=0,2,4" keeps: {0, 2, 4}. Throws InputError naming the spec unless
+/// they are distinct non-negative indices in ascending order, at least one.
+std::vector<int64_t> derived_layers(const std::string& spec);
+
 /// The repeated blocks of a graph: the family of node names with the most distinct layer
 /// indices, e.g. prefix "layer" with indices 0..5 for nodes "layer0.*" .. "layer5.*".
 struct LayerBlocks {

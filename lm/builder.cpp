@@ -255,6 +255,18 @@ at::ScalarType dtype_of(const std::string& torch_dtype) {
   return at::kFloat;
 }
 
+std::pair<std::string, std::string> head_of(const core::Graph& g, const std::string& what) {
+  std::string v = "logits";
+  int n = g.producer(v);
+  while (n >= 0 && (g.nodes[n].op_type == "Identity" || g.nodes[n].op_type == "Cast")) n = g.producer(g.nodes[n].inputs[0]);
+  PARE_CHECK(n >= 0 && g.nodes[n].op_type == "MatMul" && g.nodes[n].inputs.size() == 2 &&
+                 g.producer(g.nodes[n].inputs[0]) >= 0 && g.is_initializer(g.nodes[n].inputs[1]) &&
+                 g.initializers.at(g.nodes[n].inputs[1]).dim() == 2,
+             what, ": its logits do not come from a product of the last hidden state and a head [hidden, vocab] (",
+             n >= 0 ? g.nodes[n].describe() : std::string("no node makes 'logits'"), ")");
+  return {g.nodes[n].inputs[0], g.nodes[n].inputs[1]};
+}
+
 std::pair<at::Tensor, at::Tensor> rotary_tables(const LmConfig& c) {
   const int64_t dim = c.head_dim;
   at::Tensor inv_freq = 1.0 / at::pow(c.rope_theta, at::arange(0, dim, 2, at::kLong).to(at::kFloat) / dim);

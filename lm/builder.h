@@ -39,6 +39,12 @@ struct BuildOptions {
 core::Graph build_graph(const LmConfig& c, const std::map<std::string, at::Tensor>& weights, const BuildOptions& opts,
                         const std::string& what);
 
+/// Where `g`'s logits come from: {its last hidden state, its head's initializer [hidden, vocab]}, the
+/// inputs of the MatMul whose product becomes "logits" (through a Cast and an Identity). What the
+/// chunked distillation loss multiplies chunk by chunk. Throws InputError naming `what` when "logits"
+/// comes from anything else (a head a pass rewrote).
+std::pair<std::string, std::string> head_of(const core::Graph& g, const std::string& what);
+
 /// The rotary tables [max_positions, head_dim / 2] (cos, sin) as Hugging Face computes them in
 /// float32, llama3 frequency scaling included.
 std::pair<at::Tensor, at::Tensor> rotary_tables(const LmConfig& c);

@@ -8,6 +8,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -35,6 +36,13 @@ LmModel load_gguf(const std::string& path, const BuildOptions& opts = {});
 
 /// Loads the language model `spec` names. Throws InputError naming the source when it is none.
 LmModel load_lm(const std::string& spec, const BuildOptions& opts = {});
+
+/// `m` with only the decoder layers `keep` (ascending indices), renumbered from 0, with their weights;
+/// the embeddings, final norm, head and tokenizer as in `m`: a depth-pruned student
+/// (`pare distill --student from-teacher:layers=0,2,4`), built with `opts`. Throws InputError naming
+/// `what` and the index when a layer is not one of `m`'s, and what hf_tensors throws.
+LmModel keep_layers(const LmModel& m, const std::vector<int64_t>& keep, const std::string& what,
+                    const BuildOptions& opts = {});
 
 /// What `pare inspect` shows of a language model: architecture, dimensions, vocabulary,
 /// parameters and bytes per block (embedding, each layer's attention / MLP / norms, final norm,

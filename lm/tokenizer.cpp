@@ -109,6 +109,13 @@ size_t trailing_space_start(const std::string& s, size_t end) {
 
 uint32_t byte_to_unicode(uint8_t b) { return byte_map()[b]; }
 
+bool same_vocabulary(const Tokenizer& a, const Tokenizer& b) {
+  if (a.vocab_size() != b.vocab_size()) return false;
+  for (int64_t id = 0; id < a.vocab_size(); ++id)
+    if (a.id_to_token(static_cast<int32_t>(id)) != b.id_to_token(static_cast<int32_t>(id))) return false;
+  return true;
+}
+
 struct Tokenizer::Impl {
   TokenizerModel m;
   std::unordered_map<std::string, int32_t> vocab;      // the BPE model's tokens

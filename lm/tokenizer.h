@@ -156,6 +156,10 @@ class Tokenizer {
   std::shared_ptr<const Impl> impl_;
 };
 
+/// True when `a` and `b` spell every id with the same token (the same vocabulary, added tokens
+/// included): models tokenized by them produce logits over the same tokens.
+bool same_vocabulary(const Tokenizer& a, const Tokenizer& b);
+
 /// GPT-2's bytes-to-unicode map: the character that byte `b` is spelled with in byte-level vocabularies.
 uint32_t byte_to_unicode(uint8_t b);
 

@@ -485,7 +485,8 @@ void Trainer::train_epoch(Run& run, State& st, const core::TensorDataset& train)
       core::AutocastScope amp(opts_.device_, opts_.precision_);
       out = loss_fn_(model_, b);
     }
-    if (st.step == 0 && st.batch == 0) check_logits(out.logits, b.y, "training on '" + train.name + "'");
+    if (st.step == 0 && st.batch == 0 && out.logits.defined())
+      check_logits(out.logits, b.y, "training on '" + train.name + "'");
     // On the CPU reading the loss costs nothing: check every batch, before any update (on a GPU
     // this waits for the step's forward, one synchronisation per batch).
     const double l = out.loss.item<double>();
@@ -497,12 +498,12 @@ void Trainer::train_epoch(Run& run, State& st, const core::TensorDataset& train)
           .about("lr");
     st.scaler.scaled(opts_.accumulate_ > 1 ? out.loss / static_cast<double>(opts_.accumulate_) : out.loss).backward();
     ++st.batch;
-    const auto [logits, y] = per_token(out.logits.detach(), b.y);
-    const int64_t n = y.size(0);  // samples, or tokens for a language model
+    const at::Tensor predicted = out.logits.defined() ? out.logits.detach().argmax(-1) : out.predictions;
+    const int64_t n = b.y.numel();  // samples, or tokens for a language model
     run.step_samples += n;
     st.samples += n;
     st.loss_sum += l * n;
-    st.correct += logits.argmax(1).eq(y).sum().item<int64_t>();
+    st.correct += predicted.eq(b.y).sum().item<int64_t>();
     for (auto& [k, v] : out.parts) st.part_sums[k] += v * n;
     if (st.batch % opts_.accumulate_ != 0 && st.batch != run.batches) continue;
 

@@ -136,6 +136,10 @@ struct StepOutput {
   at::Tensor loss;
   at::Tensor logits;
   std::map<std::string, double> parts;
+  /// The student's predicted classes (or next tokens), of the labels' shape, for a loss that never
+  /// forms the whole logits (distill::chunked_lm_kd_loss); accuracy counts these when `logits` is
+  /// undefined.
+  at::Tensor predictions;
 };
 
 /// Runs the training loop.

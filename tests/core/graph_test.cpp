@@ -155,6 +155,26 @@ TEST(Module, ATiedWeightIsOneParameterThatTrainingMovesForBothReaders) {
   EXPECT_EQ(out.tied_initializers().size(), 1u);  // written back still tied
 }
 
+// forward_until stops after the last step making a value asked for: the head that follows the
+// hidden state does not run (here it would fail), and the tied head's view it returns is the one
+// gradients reach the embedding through.
+TEST(Module, ForwardUntilRunsNoFurtherThanTheValuesAskedFor) {
+  Graph g = tied_lm();
+  g.initializers["shape"] = at::tensor(std::vector<int64_t>{7, 7});
+  g.nodes.back().outputs = {"pre"};
+  g.add_node("Reshape", {"pre", "shape"}, {"logits"}, {}, "impossible");
+  Module m(g);
+  const at::Tensor ids = at::tensor(std::vector<int64_t>{1, 4});
+  EXPECT_THROW(m.forward({ids}), InputError);
+  auto v = m.forward_until({ids}, {"h", "embed.weight.T"});
+  ASSERT_EQ(v.size(), 2u);
+  EXPECT_TRUE(at::equal(v["h"], at::index_select(g.initializers["embed.weight"], 0, ids)));
+  at::matmul(v["h"], v["embed.weight.T"]).sum().backward();
+  EXPECT_TRUE(m.parameters()[0].grad().defined());
+  EXPECT_TRUE(m.forward_until({ids}, {"embed.weight"}).at("embed.weight").is_same(m.parameters()[0]));
+  EXPECT_THROW(m.forward_until({ids}, {"nope"}), InputError);
+}
+
 TEST(Module, AFrozenModuleReadsTheGraphsTensorsAndCannotTrain) {
   Graph g = tiny_mlp();
   Module m(g, Module::Use::kFrozen);

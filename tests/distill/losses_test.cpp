@@ -521,6 +521,66 @@ TEST(LmKdLoss, MixesTheScaledDivergenceWithNextTokenCrossEntropy) {
   EXPECT_NE(error_of([&] { distill::lm_kd_loss(s, t, y, jsd, T, 1.5); }).find("alpha"), std::string::npos);
 }
 
+// The chunked loss equals the plain one on the whole logits, value and gradients, for every
+// divergence, alpha and chunk size, with prompt and padding tokens masked out; a tied head (a view of
+// the embedding) gets its gradient through the view.
+TEST(ChunkedLmKdLoss, EqualsThePlainLossAndItsGradients) {
+  const int64_t D = 16, Dt = 12, V = 50;
+  const at::Tensor hs = randn({2, 7, D}, 21), hs_t = randn({2, 7, Dt}, 22);
+  const at::Tensor embed = randn({V, D}, 23, 0.5), head_t = randn({Dt, V}, 24, 0.5);
+  at::Tensor y = at::randint(0, V, {2, 7}, at::make_generator<at::CPUGeneratorImpl>(25));
+  y.index_put_({0, 0}, -100);
+  y.index_put_({0, 1}, -100);
+  y.index_put_({1, 6}, -100);
+  int cases = 0;
+  for (const char* spec : {"fkl", "rkl", "jsd:0.5", "skl:0.1", "topk:5"})
+    for (double alpha : {0.0, 0.5, 1.0})
+      for (double T : {1.0, 2.0})
+        for (int64_t chunk : {1, 3, 100}) {
+          const auto d = TokenDivergence::parse(spec);
+          at::Tensor h1 = leaf(hs), e1 = leaf(embed), h2 = leaf(hs), e2 = leaf(embed);
+          const at::Tensor plain = distill::lm_kd_loss(at::matmul(h1, e1.t()), at::matmul(hs_t, head_t), y, d, T, alpha);
+          plain.backward();
+          at::Tensor pred;
+          const at::Tensor chunked = distill::chunked_lm_kd_loss(h2, e2.t(), hs_t, head_t, y, d, T, alpha, chunk, &pred);
+          (chunked * 3.0).backward();  // backward scales by the incoming gradient
+          const std::string what = std::string(spec) + " alpha " + std::to_string(alpha) + " T " +
+                                   std::to_string(T) + " chunk " + std::to_string(chunk);
+          EXPECT_NEAR(chunked.item<double>(), plain.item<double>(), 1e-5 * std::max(1.0, plain.item<double>())) << what;
+          EXPECT_LE((h2.grad() - 3.0 * h1.grad()).abs().max().item<double>(), 3e-5) << what;
+          EXPECT_LE((e2.grad() - 3.0 * e1.grad()).abs().max().item<double>(), 3e-5) << what;
+          EXPECT_TRUE(pred.equal(at::matmul(hs, embed.t()).argmax(-1))) << what;
+          ++cases;
+        }
+  EXPECT_EQ(cases, 90);
+}
+
+TEST(ChunkedLmKdLoss, NoCountedTokenGivesZeroAndBadShapesAreRefused) {
+  const auto fkl = TokenDivergence::parse("fkl");
+  at::Tensor h = leaf(randn({1, 4, 8}, 31)), w = leaf(randn({8, 10}, 32));
+  const at::Tensor ht = randn({1, 4, 6}, 33), wt = randn({6, 10}, 34);
+  const at::Tensor none = at::full({1, 4}, -100, at::kLong);
+  const at::Tensor loss = distill::chunked_lm_kd_loss(h, w, ht, wt, none, fkl, 1.0, 0.5, 2);
+  EXPECT_EQ(loss.item<double>(), 0);
+  loss.backward();
+  EXPECT_EQ(h.grad().abs().sum().item<double>(), 0);
+  const at::Tensor y = at::zeros({1, 4}, at::kLong);
+  EXPECT_NE(error_of([&] { distill::chunked_lm_kd_loss(h, w, ht, randn({6, 11}, 35), y, fkl, 1, 0.5, 2); })
+                .find("same vocabulary"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { distill::chunked_lm_kd_loss(h, w, randn({1, 5, 6}, 36), wt, y, fkl, 1, 0.5, 2); })
+                .find("same leading shape"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { distill::chunked_lm_kd_loss(h, w, ht, wt, y.reshape({-1}), fkl, 1, 0.5, 2); })
+                .find("leading shape"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { distill::chunked_lm_kd_loss(h, w, ht, wt, y, fkl, 1, 0.5, 0); }).find("at least 1 token"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { distill::chunked_lm_kd_loss(h, w, ht, wt, y + 10, fkl, 1, 0.5, 2); })
+                .find("labels in [0, 10)"),
+            std::string::npos);
+}
+
 // The C++ side of tests/peer/lm_kd_loss_test.sh: TRL's GKDTrainer.generalized_jsd_loss on the same
 // logits. Reads DIR/cases.txt ("name beta T" per line) and DIR/<name>.{s,t,y}.npy; writes the loss
 // and its gradient wrt the student as DIR/<name>.{loss,grad}.npy.

@@ -21,17 +21,7 @@ export PARE_CACHE_DIR=$tmp/cache
 text=/usr/share/games/fortunes/computers
 need "Debian's fortunes ($text)" test -f "$text"
 
-"$PY" - "$tmp" "$text" <<'PYEOF'
-import sys
-from tokenizers import Tokenizer, models, pre_tokenizers, decoders, trainers
-out, text = sys.argv[1:]
-tok = Tokenizer(models.BPE())
-tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-tok.decoder = decoders.ByteLevel()
-tok.train([text], trainers.BpeTrainer(vocab_size=1000, show_progress=False, special_tokens=["<|endoftext|>"],
-                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-tok.save(f"{out}/tokenizer.json")
-PYEOF
+"$PY" "$here/peer_util.py" bpe "$tmp/tokenizer.json" --text "$text" --vocab 1000
 spec=llama:layers=2,dim=64,heads=4,kv-heads=2,ff=128,ctx=128
 common=(--tokenizer "$tmp/tokenizer.json" --data "text:$text" --seq-len 64 --batch-size 16 --seed 1)
 # The baseline: one step at a learning rate too small to move the weights.

@@ -11,6 +11,9 @@
     peer_util.py make-input OUT.npy --kind image|tokens [--batch B] [--vocab V --seq S] [--seed S]
     peer_util.py check-onnx MODEL.onnx
         onnx.checker.check_model on the file (full check, with shape inference).
+    peer_util.py bpe OUT.json --text FILE --vocab N
+        A byte-level BPE of N tokens (GPT-2 style, <|endoftext|> its one special token) trained by
+        `tokenizers` on FILE, saved as tokenizer.json.
     peer_util.py fmnist OUTDIR [--test N] [--calib M]
         From the Debian package dataset-fashion-mnist: OUTDIR/x.npy, the first N test images
         (float32 [N,1,28,28] in [0,1]), and OUTDIR/cx.npy, cy.npy, the last M training images and
@@ -103,6 +106,18 @@ def fmnist(args):
     return 0
 
 
+def bpe(args):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train([args.text], trainers.BpeTrainer(vocab_size=args.vocab, show_progress=False,
+                                               special_tokens=["<|endoftext|>"],
+                                               initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.save(args.out)
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -126,13 +141,17 @@ def main():
         m.add_argument("--seed", type=int, default=0)
     k = sub.add_parser("check-onnx")
     k.add_argument("model")
+    b = sub.add_parser("bpe")
+    b.add_argument("out")
+    b.add_argument("--text", required=True)
+    b.add_argument("--vocab", type=int, required=True)
     f = sub.add_parser("fmnist")
     f.add_argument("outdir")
     f.add_argument("--test", type=int, default=2000)
     f.add_argument("--calib", type=int, default=256)
     args = ap.parse_args()
     return {"compare": compare, "make-data": make_data, "make-input": make_input,
-            "check-onnx": check_onnx, "fmnist": fmnist}[args.cmd](args)
+            "check-onnx": check_onnx, "bpe": bpe, "fmnist": fmnist}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# Peer test: `pare distill` of a language model, token by token. A byte-level BPE of 1,000 tokens is
+# trained by `tokenizers` on the fortunes, and `pare train` makes a 3-layer Llama teacher on
+# /usr/share/games/fortunes/computers; then:
+#   - the student from-teacher:layers=0,2 holds the teacher's layers 0 and 2 (transformers reads its
+#     folder: 2 layers, the weights equal the teacher's bit for bit, and its logits equal pare's
+#     within 1e-4);
+#   - distilling it with each --loss (fkl, rkl, jsd:0.5, skl:0.1, topk:64) and --alpha 1 (the teacher's
+#     distributions alone, no next-token labels) closes at least half of its held-out perplexity gap
+#     to the teacher;
+#   - the chunked loss (--chunk-tokens 32, 8 chunks a batch) and the whole logits (--chunk-tokens 0)
+#     train the same student: the same loss after 10 steps within 1e-5 relative;
+#   - a new student from a spec takes the teacher's tokenizer; one with another tokenizer, a --hint, an
+#     unknown --loss and a layer the teacher lacks exit 2, naming the problem, writing nothing.
+# Env: PARE, PARE_PYTHON. Without transformers/tokenizers the test fails under make test and CI.
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+PARE=${PARE:?set PARE to the pare binary}
+source "$here/../peers.sh"
+need_python "torch, transformers, tokenizers, safetensors, numpy"
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/pare-lm-distill.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+export PARE_CACHE_DIR=$tmp/cache
+text=/usr/share/games/fortunes/computers
+need "Debian's fortunes ($text)" test -f "$text"
+
+"$PY" "$here/peer_util.py" bpe "$tmp/tokenizer.json" --text "$text" --vocab 1000
+"$PY" "$here/peer_util.py" bpe "$tmp/other.json" --text "$text" --vocab 900
+data=(--data "text:$text" --seq-len 64 --batch-size 16 --seed 1)
+"$PARE" train --model llama:layers=3,dim=64,heads=4,kv-heads=2,ff=128,ctx=128 --tokenizer "$tmp/tokenizer.json" \
+  "${data[@]}" --epochs 3 --lr 3e-3 --out "$tmp/teacher" -q
+ppl() { "$PARE" eval "hf:$1" --data "text:$text" --seq-len 64 --json -q | "$PY" -c "import json,sys; print(json.load(sys.stdin)['perplexity'])"; }
+teacher=$(ppl "$tmp/teacher")
+kd=(--teacher "hf:$tmp/teacher" "${data[@]}" --epochs 1 -q)
+# The undistilled student: one step at a learning rate too small to move the weights.
+"$PARE" distill "${kd[@]}" --student from-teacher:layers=0,2 --max-steps 1 --lr 1e-9 --out "$tmp/init"
+before=$(ppl "$tmp/init")
+echo "held-out perplexity: teacher $teacher, student from-teacher:layers=0,2 before KD $before"
+
+"$PY" - "$tmp" <<'PYEOF'
+import sys, numpy as np, torch, transformers as tf
+from safetensors.torch import load_file
+d = sys.argv[1]
+t, s = load_file(f"{d}/teacher/model.safetensors"), load_file(f"{d}/init/model.safetensors")
+m = tf.AutoModelForCausalLM.from_pretrained(f"{d}/init").eval()
+assert m.config.num_hidden_layers == 2, m.config.num_hidden_layers
+for name, w in s.items():
+    src = name.replace("layers.1.", "layers.2.")
+    # The undistilled student took one step at lr 1e-9: Adam moved each weight by about 1e-9.
+    assert torch.allclose(w, t[src], rtol=0, atol=1e-8), f"{name} differs from the teacher's {src}"
+print(f"ok: the student's {len(s)} tensors are the teacher's layers 0 and 2 (within Adam's one step of 1e-9)")
+ids = torch.randint(0, 1000, (2, 40), generator=torch.Generator().manual_seed(5))
+with torch.no_grad():
+    np.save(f"{d}/ref.npy", m(ids).logits.numpy())
+np.save(f"{d}/ids.npy", ids.numpy())
+PYEOF
+"$PARE" run "hf:$tmp/init" -i "input_ids=$tmp/ids.npy" -o "logits=$tmp/pare.npy"
+"$PY" -c "
+import numpy as np, sys
+d = np.abs(np.load(sys.argv[1] + '/ref.npy') - np.load(sys.argv[1] + '/pare.npy')).max()
+print(f'max |pare - transformers| on the derived student: {d:.2e}'); sys.exit(0 if d <= 1e-4 else 1)" "$tmp"
+
+for loss in fkl rkl jsd:0.5 skl:0.1 topk:64; do
+  "$PARE" distill "${kd[@]}" --student from-teacher:layers=0,2 --loss "$loss" --alpha 1 --lr 2e-3 --out "$tmp/kd"
+  after=$(ppl "$tmp/kd")
+  echo "--loss $loss: held-out perplexity $before -> $after (teacher $teacher)"
+  "$PY" -c "import sys; b, a, t = map(float, sys.argv[1:]); sys.exit(0 if abs(a - t) < 0.5 * (b - t) else 1)" \
+    "$before" "$after" "$teacher" || { echo "FAIL: --loss $loss did not bring the student half way to the teacher"; exit 1; }
+done
+
+# Chunked and whole logits: the same training (the loss after 10 steps; sums in another order).
+for c in 0 32; do
+  "$PARE" distill "${kd[@]}" --student from-teacher:layers=0,2 --loss jsd:0.5 -T 2 --alpha 0.7 --max-steps 10 --no-val \
+    --lr 2e-3 --chunk-tokens $c --json --out "$tmp/c$c" >"$tmp/c$c.json"
+done
+"$PY" - "$tmp" <<'PYEOF'
+import json, sys
+d = sys.argv[1]
+a, b = (json.load(open(f"{d}/c{c}.json"))["train_loss"] for c in (0, 32))
+print(f"train loss after 10 steps: whole logits {a:.8f}, chunks of 32 tokens {b:.8f}")
+sys.exit(0 if abs(a - b) <= 1e-5 * abs(a) else 1)
+PYEOF
+
+# A new student from a spec: the teacher's tokenizer and vocabulary, written with the folder.
+"$PARE" distill "${kd[@]}" --student llama:layers=1,dim=32,heads=2,kv-heads=1,ff=64,ctx=128 --max-steps 5 --no-val \
+  --out "$tmp/new"
+cmp "$tmp/new/tokenizer.json" "$tmp/teacher/tokenizer.json" || { echo "FAIL: the new student lacks the teacher's tokenizer"; exit 1; }
+echo "ok: a new student from a spec has the teacher's tokenizer"
+
+refuse() {  # refuse WHAT PATTERN ARGS...: exit 2, the message has PATTERN, nothing written
+  local what=$1 pattern=$2 rc=0
+  shift 2
+  "$PARE" distill "${kd[@]}" "$@" --out "$tmp/bad" 2>"$tmp/err.txt" || rc=$?
+  [[ $rc == 2 ]] && grep -q -- "$pattern" "$tmp/err.txt" && [[ ! -e "$tmp/bad" ]] ||
+    { echo "FAIL: $what: exit $rc: $(cat "$tmp/err.txt")"; exit 1; }
+  echo "ok: $what refused: $(tail -1 "$tmp/err.txt")"
+}
+refuse "another tokenizer" "different tokenizers (900 and 1000 tokens" \
+  --student llama:layers=1,dim=32,heads=2,kv-heads=1,ff=64,ctx=128 --tokenizer "$tmp/other.json"
+refuse "a hint" "a language model takes --loss" --student from-teacher:layers=0 --hint a:b
+refuse "an unknown loss" "unknown divergence 'kld'" --student from-teacher:layers=0 --loss kld
+refuse "a layer the teacher lacks" "it has no layer 3" --student from-teacher:layers=0,3
+echo "PASSED"
