@@ -144,6 +144,17 @@ def measure_pare_train(pare, spec, batch, warmup, steps, threads, tmp, who="benc
             "seconds": full["seconds"], "warmup_seconds": short["seconds"]}
 
 
+def timed(step, warmup, steps):
+    """Seconds of `steps` calls of step() after `warmup` untimed ones."""
+    import time
+    for _ in range(warmup):
+        step()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        step()
+    return time.perf_counter() - t0
+
+
 def best(results, key):
     return max(r[key] for r in results)
 

@@ -9,7 +9,7 @@ BPE trained on the fortunes (its ids are a small part of the vocabulary: what ma
 logits' width). `pare distill` then makes a student from a spec (1 layer, hidden 128, the teacher's
 vocabulary) and takes one KD step (--max-steps 1, no validation) on the fortunes at --batch x --seq
 tokens, forward KL + cross entropy, once with --chunk-tokens 0 (the whole [tokens, vocabulary]
-logits of both models) and once for each --chunks value (auto: 2^24 logits a chunk, 130 tokens here). Each run is its own process, and the peak
+logits of both models) and once for each --chunks value (auto: 2^22 logits a chunk, 32 tokens here). Each run is its own process, and the peak
 resident memory is the kernel's (wait4's ru_maxrss): it holds the weights, Adam's state and libtorch
 too, so it is printed beside a run of the same set-up with 1 window of 16 tokens (the floor the
 logits add to). Goal (issue 39): chunked at most 30% of plain.

@@ -24,10 +24,9 @@ import json
 import os
 import shutil
 import sys
-import time
 
 from bench_util import (batch_sampler, best, find_pare, load_fmnist_torch, measure_pare_train, print_table,
-                        run_json, torch_env, torch_model)
+                        run_json, timed, torch_env, torch_model)
 
 
 # ---- PyTorch side (runs in a child process: `train_throughput.py --torch-worker ...`) ----------
@@ -54,12 +53,7 @@ def torch_worker(args):
         opt.step()
         (logits.detach().argmax(1) == y).sum().item()
 
-    for _ in range(args.warmup):
-        step()
-    t0 = time.perf_counter()
-    for _ in range(args.steps):
-        step()
-    secs = time.perf_counter() - t0
+    secs = timed(step, args.warmup, args.steps)
     print(json.dumps({"samples_per_s": args.steps * args.batch / secs, "seconds": secs,
                       "torch": torch.__version__, "threads": torch.get_num_threads()}))
 

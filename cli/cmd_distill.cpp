@@ -272,7 +272,7 @@ void add_distill(CLI::App& app, Action& action) {
                   "(generalized JSD, TRL's GKD), skl:ALPHA (skew KL), topk:K (the teacher's K likeliest tokens and a "
                   "tail bucket)")->capture_default_str()->group(lmg);
   cmd->add_option("--chunk-tokens", o->chunk_tokens, "Tokens whose [tokens, vocabulary] logits exist at once (the LM "
-                  "heads applied chunk by chunk); auto: 2^24 logits (128 tokens at a vocabulary of 128,256); 0: the "
+                  "heads applied chunk by chunk); auto: 2^22 logits, 16 MB (32 tokens at a vocabulary of 128,256, 512 at 8,192); 0: the "
                   "whole batch's")->capture_default_str()->group(lmg);
   cmd->add_option("--tokenizer", o->tokenizer, "tokenizer.json of a new student (default: the teacher's; another "
                   "vocabulary is refused)")->group(lmg);

@@ -53,7 +53,7 @@ void eval_lm(const EvalOpts& o, int64_t batch_size) {
               << "\n";
   } else {
     std::printf("%s on %s (%s, %lld tokens predicted in %lld windows of %lld): perplexity %.3f, %.4f nats/token, "
-                "%.0f tokens/s\n", o.model.c_str(), o.data.c_str(), o.split.c_str(), (long long)r.tokens,
+                "%.0f tokens/s\n", o.model.c_str(), lm::short_text_spec(o.data).c_str(), o.split.c_str(), (long long)r.tokens,
                 (long long)r.windows, (long long)r.seq_len, r.perplexity(), r.nll / static_cast<double>(r.tokens),
                 r.tokens_per_second());
   }

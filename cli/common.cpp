@@ -10,6 +10,7 @@
 #include "dist/shard.h"
 #include "dist/world.h"
 #include "lm/data.h"
+#include "lm/text.h"
 
 namespace pare::cli {
 
@@ -162,7 +163,7 @@ core::TensorDataset TrainingRun::text_windows(const lm::Tokenizer& tok, const st
   bool hit = false;
   const std::vector<int64_t> ids = lm::cached_tokens(tok, data, split, lm::cache_dir(), &hit);
   if (talk)
-    std::fprintf(stderr, "%s (%s): %zu tokens%s\n", data.c_str(), split.c_str(), ids.size(),
+    std::fprintf(stderr, "%s (%s): %zu tokens%s\n", lm::short_text_spec(data).c_str(), split.c_str(), ids.size(),
                  hit ? " (from the token cache)" : ", tokenized and cached");
   return lm::token_windows(ids, seq_len, data + " (" + split + ")");
 }

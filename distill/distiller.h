@@ -48,13 +48,15 @@ struct LmDistillOptions {
   double temperature = 1.0;
   double alpha = 0.5;  ///< weight of the divergence (times T*T); the next-token cross entropy gets 1 - alpha
   /// Tokens per chunk of chunked_lm_kd_loss; 0 computes the whole [tokens, vocabulary] logits of both
-  /// models (lm_kd_loss), which the heads are then not needed for; kAutoChunk makes chunks of 2^24
-  /// logits (128 tokens at Llama 3's vocabulary of 128,256, 2,048 at 8,192).
+  /// models (lm_kd_loss), which the heads are then not needed for; kAutoChunk makes chunks of 2^22
+  /// logits (32 tokens at Llama 3's vocabulary of 128,256, 512 at 8,192): 16 MB in fp32, under the
+  /// 32 MB past which pare's malloc maps and unmaps each allocation (page faults every chunk cost
+  /// a third of a KD step at 64 MB chunks).
   static constexpr int64_t kAutoChunk = -1;
   int64_t chunk_tokens = kAutoChunk;
   /// chunk_tokens for a vocabulary of `vocab` tokens, kAutoChunk resolved.
   int64_t chunk_for(int64_t vocab) const {
-    return chunk_tokens == kAutoChunk ? std::max<int64_t>(1, (int64_t{1} << 24) / std::max<int64_t>(1, vocab)) : chunk_tokens;
+    return chunk_tokens == kAutoChunk ? std::max<int64_t>(1, (int64_t{1} << 22) / std::max<int64_t>(1, vocab)) : chunk_tokens;
   }
   LmHead student_head, teacher_head;
 };

@@ -1,5 +1,7 @@
 #include "lm/text.h"
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -67,6 +69,13 @@ std::vector<std::string> split_paragraphs(const std::string& text) {
 }
 
 bool is_text_spec(const std::string& spec) { return spec.rfind("text:", 0) == 0 || spec.rfind("jsonl:", 0) == 0; }
+
+std::string short_text_spec(const std::string& spec) {
+  if (spec.rfind("text:", 0) != 0) return spec;
+  const size_t n = static_cast<size_t>(std::count(spec.begin(), spec.end(), ',')) + 1;
+  if (n <= 2) return spec;
+  return spec.substr(0, spec.find(',')) + " and " + std::to_string(n - 1) + " more files";
+}
 
 std::vector<std::string> text_files(const std::string& spec) {
   if (spec.rfind("text:", 0) == 0) return split_commas(spec.substr(5));

@@ -29,6 +29,10 @@ bool is_text_spec(const std::string& spec);
 /// another kind.
 std::vector<std::string> text_files(const std::string& spec);
 
+/// `spec` for messages: a text: spec of more than two files as its first file and the count of the
+/// others ("text:/usr/share/games/fortunes/art and 42 more files"), any other spec as it is.
+std::string short_text_spec(const std::string& spec);
+
 /// The documents of one text file's contents (paragraphs; see above). Empty documents are dropped.
 std::vector<std::string> split_paragraphs(const std::string& text);
 

@@ -34,6 +34,12 @@ TEST(Text, TrainAndTestSplitsPartitionTheDocuments) {
   EXPECT_EQ(test[1], "doc 19");
 }
 
+TEST(Text, MessagesShortenALongListOfFiles) {
+  EXPECT_EQ(lm::short_text_spec("text:/a/b,/a/c,/a/d"), "text:/a/b and 2 more files");
+  EXPECT_EQ(lm::short_text_spec("text:/a/b,/a/c"), "text:/a/b,/a/c");
+  EXPECT_EQ(lm::short_text_spec("jsonl:/a/b.jsonl:text"), "jsonl:/a/b.jsonl:text");
+}
+
 TEST(Text, JsonlReadsTheNamedField) {
   const std::string path = write("d.jsonl", "{\"text\": \"one\", \"body\": \"x\"}\n\n{\"text\": \"caf\\u00e9\", \"body\": \"\"}\n");
   const auto docs = load_text("jsonl:" + path);
