@@ -131,9 +131,7 @@ void distill_lm(DistillOpts& o) {
   const core::TensorDataset train = run.text_windows(*m.tok, "train", seq, talk);
   core::TensorDataset val;
   if (!run.no_val) val = run.text_windows(*m.tok, run.val_split, seq, talk);
-  // A language model's validation logits are [windows, sequence, vocabulary]: a training batch's
-  // worth at a time.
-  topts.eval_batch_size_ = std::max<int64_t>(1, topts.batch_size_);
+  topts.eval_batch_size_ = lm_eval_batch_size(topts.batch_size_, seq, m.config.vocab);
   core::Module student(m.graph);
   core::Module tmod(teacher.graph, core::Module::Use::kFrozen);
   if (lopts.chunk_tokens != 0) {

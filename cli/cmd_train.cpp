@@ -56,6 +56,7 @@ void train_lm(TrainOpts& o) {
   PARE_CHECK(seq <= m.config.max_positions, "--seq-len ", seq, " is longer than the model's context (",
              m.config.max_positions, ")");
   const bool talk = !run.quiet && opts.is_writer();
+  opts.eval_batch_size_ = lm_eval_batch_size(opts.batch_size_, seq, m.config.vocab);
   const core::TensorDataset train = run.text_windows(*m.tok, "train", seq, talk);
   core::TensorDataset val;
   if (!run.no_val) val = run.text_windows(*m.tok, run.val_split, seq, talk);

@@ -73,6 +73,10 @@ struct TrainingRun : train::RunSetup {
                                    bool talk) const;
 };
 
+/// Windows per validation batch of a language model, whose logits [windows, seq_len, vocab] are all
+/// formed at once: the training batch, fewer when their logits would pass 256 MB (at least one).
+int64_t lm_eval_batch_size(int64_t batch, int64_t seq_len, int64_t vocab);
+
 /// How teachers are run (distill::TeacherPlacement) and its flags: --teacher-engine (libtorch or
 /// pare_rt), and --teacher-parallel / --teacher-memory for a teacher sharded over the ranks.
 struct TeacherSharding : distill::TeacherPlacement {

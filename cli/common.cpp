@@ -2,6 +2,7 @@
 #include <ATen/Parallel.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "cli/commands.h"
@@ -166,6 +167,11 @@ core::TensorDataset TrainingRun::text_windows(const lm::Tokenizer& tok, const st
     std::fprintf(stderr, "%s (%s): %zu tokens%s\n", lm::short_text_spec(data).c_str(), split.c_str(), ids.size(),
                  hit ? " (from the token cache)" : ", tokenized and cached");
   return lm::token_windows(ids, seq_len, data + " (" + split + ")");
+}
+
+int64_t lm_eval_batch_size(int64_t batch, int64_t seq_len, int64_t vocab) {
+  const int64_t fits = (int64_t{256} << 20) / 4 / std::max<int64_t>(1, seq_len * vocab);
+  return std::max<int64_t>(1, std::min(batch, fits));
 }
 
 }  // namespace pare::cli
