@@ -43,6 +43,7 @@ distill::ValuePair parse_pair(const std::string& s, const char* option) {
   }
   return v;
 }
+
 struct DistillOpts {
   std::vector<std::string> teachers, hints, attentions;
   std::vector<double> teacher_weights;
@@ -246,7 +247,7 @@ void add_distill(CLI::App& app, Action& action) {
                                             "token by token)");
   using Opts = DistillOpts;
   auto o = std::make_shared<Opts>();
-  cmd->add_option("--teacher,-t", o->teachers, "Teacher: ONNX file, zoo spec, TorchScript (.pt) or cache:DIR (pare teacher-cache); repeat for an ensemble (loading TorchScript runs the code in the file, as torch.load of a pickle does: only files you trust)")
+  cmd->add_option("--teacher,-t", o->teachers, "Teacher: ONNX file, zoo spec, TorchScript (.pt) or cache:DIR (pare teacher-cache); a language model: hf:DIR or gguf:FILE; repeat for an ensemble (loading TorchScript runs the code in the file, as torch.load of a pickle does: only files you trust)")
       ->required();
   cmd->add_option("--teacher-weights", o->teacher_weights, "Ensemble weights, e.g. 0.7,0.3 (default: equal)")
       ->delimiter(',');
