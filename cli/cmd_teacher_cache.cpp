@@ -10,6 +10,8 @@
 #include "core/error.h"
 #include "dist/world.h"
 #include "distill/teacher_cache.h"
+#include "lm/model.h"
+#include "lm/text.h"
 
 namespace pare::cli {
 
@@ -50,6 +52,10 @@ void add_teacher_cache(CLI::App& app, Action& action) {
   cmd->footer("Under pare launch or torchrun every rank caches its slice of the rows; rank 0 writes the index.");
   cmd->callback([&action, o] {
     action = [o] {
+      for (const std::string& t : o->teachers)
+        PARE_CHECK(!lm::is_lm_spec(t) && !lm::is_text_spec(o->data), "pare teacher-cache does not take language models "
+                   "yet (", lm::is_lm_spec(t) ? t : o->data, "); distill them with the teacher online: pare distill "
+                   "--teacher ", t, " --data TEXT");
       train::set_threads(o->threads);
       o->cache.seed = o->seed;
       o->cache.progress = !o->quiet && ::isatty(2);

@@ -11,7 +11,8 @@
 #   - the chunked loss (--chunk-tokens 32, 8 chunks a batch) and the whole logits (--chunk-tokens 0)
 #     train the same student: the same loss after 10 steps within 1e-5 relative;
 #   - a new student from a spec takes the teacher's tokenizer; one with another tokenizer, a --hint, an
-#     unknown --loss and a layer the teacher lacks exit 2, naming the problem, writing nothing.
+#     unknown --loss and a layer the teacher lacks exit 2, naming the problem, writing nothing, and so
+#     does pare teacher-cache of a language model (not made yet).
 # Env: PARE, PARE_PYTHON. Without transformers/tokenizers the test fails under make test and CI.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -100,4 +101,8 @@ refuse "another tokenizer" "different tokenizers (900 and 1000 tokens" \
 refuse "a hint" "a language model takes --loss" --student from-teacher:layers=0 --hint a:b
 refuse "an unknown loss" "unknown divergence 'kld'" --student from-teacher:layers=0 --loss kld
 refuse "a layer the teacher lacks" "it has no layer 3" --student from-teacher:layers=0,3
+rc=0; "$PARE" teacher-cache --teacher "hf:$tmp/teacher" --data "text:$text" --out "$tmp/bad" 2>"$tmp/err.txt" || rc=$?
+[[ $rc == 2 ]] && grep -q "does not take language models yet" "$tmp/err.txt" && [[ ! -e "$tmp/bad" ]] ||
+  { echo "FAIL: teacher-cache of a language model: exit $rc: $(cat "$tmp/err.txt")"; exit 1; }
+echo "ok: pare teacher-cache of a language model refused, not yet made"
 echo "PASSED"
