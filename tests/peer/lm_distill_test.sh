@@ -9,7 +9,8 @@
 #     distributions alone, no next-token labels) closes at least half of its held-out perplexity gap
 #     to the teacher;
 #   - the chunked loss (--chunk-tokens 32, 8 chunks a batch) and the whole logits (--chunk-tokens 0)
-#     train the same student: the same loss after 10 steps within 1e-5 relative;
+#     train the same student: the same loss after 10 steps within 1e-5 relative, and so do 2 ranks
+#     under pare launch (data parallel) and 1 process;
 #   - a new student from a spec takes the teacher's tokenizer; one with another tokenizer, a --hint, an
 #     unknown --loss and a layer the teacher lacks exit 2, naming the problem, writing nothing, and so
 #     does pare teacher-cache of a language model (not made yet).
@@ -79,6 +80,22 @@ import json, sys
 d = sys.argv[1]
 a, b = (json.load(open(f"{d}/c{c}.json"))["train_loss"] for c in (0, 32))
 print(f"train loss after 10 steps: whole logits {a:.8f}, chunks of 32 tokens {b:.8f}")
+sys.exit(0 if abs(a - b) <= 1e-5 * abs(a) else 1)
+PYEOF
+
+# Data parallel under pare launch: 2 ranks train the student as 1 does (the same loss after 10 steps).
+for n in 1 2; do
+  "$PARE" launch --nproc-per-node $n -- "$PARE" distill "${kd[@]}" --student from-teacher:layers=0 --max-steps 10 \
+    --no-val --threads 1 --lr 2e-3 --json --out "$tmp/ddp$n" >"$tmp/ddp$n.txt"
+done
+"$PY" - "$tmp" <<'PYEOF'
+import json, sys
+d = sys.argv[1]
+def loss(n):
+    line = [l for l in open(f"{d}/ddp{n}.txt") if "{" in l][-1]
+    return json.loads(line[line.index("{"):])["train_loss"]
+a, b = loss(1), loss(2)
+print(f"train loss after 10 steps: 1 process {a:.8f}, 2 ranks (pare launch) {b:.8f}")
 sys.exit(0 if abs(a - b) <= 1e-5 * abs(a) else 1)
 PYEOF
 
