@@ -22,6 +22,8 @@ import sys
 import tempfile
 import time
 
+from bench_util import find_pare
+
 TEXT = "/usr/share/games/fortunes/fortunes"
 
 
@@ -63,7 +65,7 @@ def main():
     ap.add_argument("--chunks", default="auto,512", help="comma-separated --chunk-tokens values to compare with 0")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
-    pare = os.environ.get("PARE", "build/cli/pare")
+    pare = find_pare(os.environ.get("PARE"), "lm_kd_memory")
     with tempfile.TemporaryDirectory(prefix="pare-lm-kd-memory.") as work:
         teacher = os.path.join(work, "teacher")
         make_teacher(teacher, args.vocab)

@@ -53,8 +53,7 @@ struct DistillOpts {
   distill::DistillLossOptions loss;
   // Language models
   std::string divergence = "fkl", tokenizer;
-  std::string chunk_tokens = "auto";
-  int64_t seq_len = 0;
+  int64_t chunk_tokens = distill::LmDistillOptions::kAutoChunk, seq_len = 0;
   bool temperature_given = false, alpha_given = false;
 };
 
@@ -65,26 +64,22 @@ lm::LmModel lm_student(const DistillOpts& o, const lm::LmModel& teacher, uint64_
   fp32.dtype = at::kFloat;
   const std::string& spec = o.student;
   const std::string tname = "teacher " + o.teachers[0];
+  const auto given = o.tokenizer.empty() ? nullptr
+                                         : std::make_shared<const lm::Tokenizer>(lm::Tokenizer::from_file(o.tokenizer));
   lm::LmModel m;
   if (distill::is_derived_spec(spec)) {
     m = lm::keep_layers(teacher, distill::derived_layers(spec), tname, fp32);
   } else if (lm::is_new_lm_spec(spec)) {
-    auto tok = o.tokenizer.empty() ? teacher.tok
-                                   : std::make_shared<const lm::Tokenizer>(lm::Tokenizer::from_file(o.tokenizer));
-    PARE_CHECK(tok != nullptr, "--student ", spec, " is a new language model and ", tname,
+    PARE_CHECK(given || teacher.tok, "--student ", spec, " is a new language model and ", tname,
                " has no tokenizer: give --tokenizer tokenizer.json");
-    m = lm::init_model(lm::parse_lm_spec(spec, o.tokenizer.empty() ? teacher.config.vocab : tok->vocab_size()), seed);
-    m.tok = tok;
-    m.tokenizer = o.tokenizer.empty() ? teacher.tokenizer : o.tokenizer;
-    m.config.bos = tok->bos_id(), m.config.eos = tok->eos_id(), m.config.pad = tok->pad_id();
+    m = given ? lm::new_model(spec, given, o.tokenizer, seed)
+              : lm::new_model(spec, teacher.tok, teacher.tokenizer, seed, teacher.config.vocab);
   } else {
     PARE_CHECK(lm::is_lm_spec(spec), "--student ", spec, ": a language-model teacher needs a language-model student "
                "(llama:..., hf:DIR, gguf:FILE or from-teacher:layers=...)");
     m = lm::load_lm(spec, fp32);
-    if (!o.tokenizer.empty())
-      m.tok = std::make_shared<const lm::Tokenizer>(lm::Tokenizer::from_file(o.tokenizer)), m.tokenizer = o.tokenizer;
+    if (given) m.tok = given, m.tokenizer = o.tokenizer;
   }
-  m.config.dtype = "float32";
   if (!m.tok) m.tok = teacher.tok, m.tokenizer = teacher.tokenizer;
   PARE_CHECK(m.tok != nullptr, "neither the student ", spec, " nor ", tname, " has a tokenizer: give --tokenizer");
   if (teacher.tok && !lm::same_vocabulary(*teacher.tok, *m.tok))
@@ -113,16 +108,7 @@ void distill_lm(DistillOpts& o) {
   lopts.divergence = distill::TokenDivergence::parse(o.divergence);
   lopts.temperature = o.temperature_given ? o.loss.temperature_ : 1.0;
   lopts.alpha = o.alpha_given ? o.loss.alpha_ : 0.5;
-  if (o.chunk_tokens != "auto") {
-    size_t used = 0;
-    try {
-      lopts.chunk_tokens = std::stoll(o.chunk_tokens, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    PARE_CHECK(used > 0 && used == o.chunk_tokens.size() && lopts.chunk_tokens >= 0, "--chunk-tokens '",
-               o.chunk_tokens, "': expected auto or a number of tokens >= 0");
-  }
+  lopts.chunk_tokens = o.chunk_tokens;
   const bool talk = !run.quiet && topts.is_writer();
   const lm::LmModel teacher = lm::load_lm(o.teachers[0]);
   lm::LmModel m = lm_student(o, teacher, topts.seed_);
@@ -272,7 +258,16 @@ void add_distill(CLI::App& app, Action& action) {
                   "tail bucket)")->capture_default_str()->group(lmg);
   cmd->add_option("--chunk-tokens", o->chunk_tokens, "Tokens whose [tokens, vocabulary] logits exist at once (the LM "
                   "heads applied chunk by chunk); auto: 2^22 logits, 16 MB (32 tokens at a vocabulary of 128,256, 512 at 8,192); 0: the "
-                  "whole batch's")->capture_default_str()->group(lmg);
+                  "whole batch's")
+      ->transform(CLI::Validator(
+          [](std::string& v) {
+            if (v == "auto") v = std::to_string(distill::LmDistillOptions::kAutoChunk);
+            else if (v.empty() || v.find_first_not_of("0123456789") != std::string::npos)
+              return std::string("expected auto or a number of tokens >= 0, got '") + v + "'";
+            return std::string();
+          },
+          ""))
+      ->type_name("auto|N")->default_str("auto")->group(lmg);
   cmd->add_option("--tokenizer", o->tokenizer, "tokenizer.json of a new student (default: the teacher's; another "
                   "vocabulary is refused)")->group(lmg);
   cmd->add_option("--seq-len", o->seq_len, "Tokens per training window (default 256, at most the context)")->group(lmg);

@@ -31,13 +31,11 @@ lm::LmModel lm_to_train(const TrainOpts& o, uint64_t seed) {
   lm::LmModel m;
   if (lm::is_new_lm_spec(o.model)) {
     PARE_CHECK(tok != nullptr, "--model ", o.model, " is a new language model: give its --tokenizer tokenizer.json");
-    m = lm::init_model(lm::parse_lm_spec(o.model, tok->vocab_size()), seed);
-    m.config.bos = tok->bos_id(), m.config.eos = tok->eos_id(), m.config.pad = tok->pad_id();
+    m = lm::new_model(o.model, tok, o.tokenizer, seed);
   } else {
     lm::BuildOptions b;
     b.dtype = at::kFloat;  // trained in fp32
     m = lm::load_lm(o.model, b);
-    m.config.dtype = "float32";
   }
   if (tok) m.tok = tok, m.tokenizer = o.tokenizer;
   PARE_CHECK(m.tok != nullptr, o.model, " has no tokenizer: give --tokenizer tokenizer.json");

@@ -165,14 +165,9 @@ std::vector<at::Tensor> Module::forward(const std::vector<at::Tensor>& inputs) {
 
 std::unordered_map<std::string, at::Tensor> Module::forward_values(
     const std::vector<at::Tensor>& inputs, const std::vector<std::string>& extra) {
-  for (auto& e : extra)
-    PARE_CHECK(slot_.count(e), "model '", graph_.name, "' has no value named '", e, "'");
-  std::vector<at::Tensor> slots;
-  run(inputs, slots);
-  std::unordered_map<std::string, at::Tensor> r;
-  for (auto& o : graph_.outputs) r[o.name] = slots[slot_of(o.name)];
-  for (auto& e : extra) r[e] = slots[slot_of(e)];
-  return r;
+  std::vector<std::string> names = extra;
+  for (auto& o : graph_.outputs) names.push_back(o.name);
+  return forward_until(inputs, names);
 }
 
 std::unordered_map<std::string, at::Tensor> Module::forward_until(const std::vector<at::Tensor>& inputs,

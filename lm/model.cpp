@@ -58,12 +58,16 @@ LmModel keep_layers(const LmModel& m, const std::vector<int64_t>& keep, const st
 }
 
 LmModel load_lm(const std::string& spec, const BuildOptions& opts) {
-  if (spec.rfind("hf:", 0) == 0) return load_hf(spec.substr(3), opts);
-  if (spec.rfind("gguf:", 0) == 0) return load_gguf(spec.substr(5), opts);
-  if (is_gguf_path(spec)) return load_gguf(spec, opts);
-  PARE_CHECK(is_hf_dir(spec), "'", spec, "' is no language model (expected hf:DIR, gguf:FILE, a folder holding "
-             "config.json or a .gguf file)");
-  return load_hf(spec, opts);
+  LmModel m = [&] {
+    if (spec.rfind("hf:", 0) == 0) return load_hf(spec.substr(3), opts);
+    if (spec.rfind("gguf:", 0) == 0) return load_gguf(spec.substr(5), opts);
+    if (is_gguf_path(spec)) return load_gguf(spec, opts);
+    PARE_CHECK(is_hf_dir(spec), "'", spec, "' is no language model (expected hf:DIR, gguf:FILE, a folder holding "
+               "config.json or a .gguf file)");
+    return load_hf(spec, opts);
+  }();
+  if (opts.dtype) m.config.dtype = core::dtype_name(*opts.dtype);  // the type the graph was built in
+  return m;
 }
 
 namespace {

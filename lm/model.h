@@ -34,7 +34,8 @@ bool is_lm_spec(const std::string& spec);
 /// and the key or tensor pare does not support.
 LmModel load_gguf(const std::string& path, const BuildOptions& opts = {});
 
-/// Loads the language model `spec` names. Throws InputError naming the source when it is none.
+/// Loads the language model `spec` names; with opts.dtype its config says that type. Throws
+/// InputError naming the source when it is none.
 LmModel load_lm(const std::string& spec, const BuildOptions& opts = {});
 
 /// `m` with only the decoder layers `keep` (ascending indices), renumbered from 0, with their weights;

@@ -83,4 +83,13 @@ LmModel init_model(const LmConfig& c, uint64_t seed) {
   return m;
 }
 
+LmModel new_model(const std::string& spec, std::shared_ptr<const Tokenizer> tok, const std::string& tokenizer_path,
+                  uint64_t seed, int64_t vocab) {
+  LmModel m = init_model(parse_lm_spec(spec, vocab > 0 ? vocab : tok->vocab_size()), seed);
+  m.config.bos = tok->bos_id(), m.config.eos = tok->eos_id(), m.config.pad = tok->pad_id();
+  m.tok = std::move(tok);
+  m.tokenizer = tokenizer_path;
+  return m;
+}
+
 }  // namespace pare::lm

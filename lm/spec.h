@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "lm/arch.h"
@@ -24,5 +25,11 @@ LmConfig parse_lm_spec(const std::string& spec, int64_t vocab);
 
 /// A model of config `c` with fresh weights (seeded), as transformers' _init_weights makes them.
 LmModel init_model(const LmConfig& c, uint64_t seed);
+
+/// A new model of `spec` (init_model) for the tokenizer `tok` read from `tokenizer_path`: its
+/// vocabulary is `vocab` when > 0, else the tokenizer's (a spec's vocab= comes first), its BOS, EOS
+/// and padding ids the tokenizer's. Throws what parse_lm_spec throws.
+LmModel new_model(const std::string& spec, std::shared_ptr<const Tokenizer> tok, const std::string& tokenizer_path,
+                  uint64_t seed, int64_t vocab = 0);
 
 }  // namespace pare::lm
