@@ -1,11 +1,13 @@
 // pare export MODEL --target onnx|rt --out FILE [--sparse auto|on|off] [--metadata KEY=VALUE ...] [--json]
 // pare export LM --target hf --out DIR [--max-shard-size 2GB] [--metadata KEY=VALUE ...] [--json]
+// pare export LM --target gguf --out FILE [--type f16|f32|bf16|q8_0|q4_0|q4_k] [--metadata KEY=VALUE ...] [--json]
 #include <iostream>
 
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/onnx_io.h"
 #include "export/onnx_export.h"
+#include "lm/gguf_export.h"
 #include "lm/hf_export.h"
 #include "lm/model.h"
 
@@ -14,7 +16,7 @@ namespace pare::cli {
 namespace {
 
 struct ExportArgs {
-  std::string model, out, target, sparse, max_shard_size;
+  std::string model, out, target, sparse, max_shard_size, type;
   std::vector<std::string> metadata;
   bool json = false;
 };
@@ -41,22 +43,37 @@ void print_result(const ExportArgs& a, const Result& r) {
   }
 }
 
-// A Hugging Face checkpoint folder needs a language model's config, which only an LM source has:
-// a plain ONNX graph does not say which family and dimensions it is.
+// A Hugging Face checkpoint folder or a GGUF file needs a language model's config, which only an LM
+// source has: a plain ONNX graph does not say which family and dimensions it is.
+lm::LmModel load_lm_for(const ExportArgs& a) {
+  PARE_CHECK(a.sparse.empty(), "--sparse applies to --target onnx and rt, not ", a.target);
+  PARE_CHECK(lm::is_lm_spec(a.model), "--target ", a.target, " writes language models, and '", a.model, "' is none: "
+             "give hf:DIR, gguf:FILE, a folder holding config.json or a .gguf file (an ONNX file or zoo model carries "
+             "no language-model config to write)");
+  return lm::load_lm(a.model);
+}
+
 void run_export_hf(const ExportArgs& a) {
-  PARE_CHECK(a.sparse.empty(), "--sparse applies to --target onnx and rt, not hf (safetensors are dense)");
+  PARE_CHECK(a.type.empty(), "--type applies to --target gguf, not hf");
   lm::HfExportOptions opts;
   if (!a.max_shard_size.empty()) opts.max_shard_bytes(lm::parse_byte_size(a.max_shard_size));
   for (const auto& [key, value] : metadata_pairs(a)) opts.metadata(key, value);
-  PARE_CHECK(lm::is_lm_spec(a.model), "--target hf writes language models, and '", a.model, "' is none: give hf:DIR, "
-             "gguf:FILE, a folder holding config.json or a .gguf file (an ONNX file or zoo model carries no "
-             "config.json to write)");
-  print_result(a, lm::save_hf(lm::load_lm(a.model), a.out, opts));
+  print_result(a, lm::save_hf(load_lm_for(a), a.out, opts));
+}
+
+void run_export_gguf(const ExportArgs& a) {
+  PARE_CHECK(a.max_shard_size.empty(), "--max-shard-size applies to --target hf, not gguf (one file)");
+  lm::GgufExportOptions opts;
+  opts.type(lm::parse_gguf_type(a.type.empty() ? "f16" : a.type));
+  for (const auto& [key, value] : metadata_pairs(a)) opts.metadata(key, value);
+  print_result(a, lm::save_gguf(load_lm_for(a), a.out, opts));
 }
 
 void run_export(const ExportArgs& a) {
   if (a.target == "hf") return run_export_hf(a);
+  if (a.target == "gguf") return run_export_gguf(a);
   PARE_CHECK(a.max_shard_size.empty(), "--max-shard-size applies to --target hf, not ", a.target);
+  PARE_CHECK(a.type.empty(), "--type applies to --target gguf, not ", a.target);
   exporter::ExportOptions opts;
   opts.target(exporter::parse_target(a.target)).sparse(exporter::parse_sparse_mode(a.sparse.empty() ? "auto" : a.sparse));
   for (const auto& [key, value] : metadata_pairs(a)) opts.metadata(key, value);
@@ -69,7 +86,7 @@ void run_export(const ExportArgs& a) {
 void add_export(CLI::App& app, Action& action) {
   auto* cmd = app.add_subcommand(
       "export", "Write a model for a target: ONNX with pruned weights as sparse initializers, a file pare_rt loads, or "
-                "a language model as a Hugging Face checkpoint folder");
+                "a language model as a Hugging Face checkpoint folder or a GGUF file for llama.cpp");
   cmd->footer(
       "--sparse: a sparse (COO) initializer stores each nonzero as its value and an int64 index, so it is smaller "
       "below a density of 1/3 for float32 and 1/9 for int8. auto stores sparse exactly the initializers it makes "
@@ -81,16 +98,22 @@ void add_export(CLI::App& app, Action& action) {
       "config.json, the weights as safetensors under their Hugging Face names, sharded past --max-shard-size with "
       "model.safetensors.index.json, and tokenizer.json, tokenizer_config.json, special_tokens_map.json and "
       "chat_template.jinja when the model's folder has them; the folder is written whole (staged as OUT.partial, "
-      "then swapped in), and an existing OUT must be a checkpoint or empty.\n");
+      "then swapped in), and an existing OUT must be a checkpoint or empty. --target gguf (language models "
+      "with a byte-level BPE tokenizer): one GGUF v3 file as llama.cpp's convert_hf_to_gguf.py writes it (llama, "
+      "qwen2, qwen3, gpt2; Mistral as llama): llama.cpp's metadata and tensor names, the tokenizer, matrices in "
+      "--type, norms and biases in F32. Bytes per weight: f32 4, f16 and bf16 2, q8_0 1.0625 (34 per 32), q4_0 "
+      "0.5625 (18 per 32), q4_k 0.5625 (144 per 256); quantized rows must hold whole blocks (32 values, 256 for "
+      "q4_k), else the command exits 2 naming the tensor. Quantization is ggml's reference rounding (round to "
+      "nearest, as llama-quantize without an importance matrix).\n");
   auto a = std::make_shared<ExportArgs>();
   cmd->add_option("model", a->model,
-                  "ONNX file or zoo spec (mlp:784-300-100-10, cnn, ...); for --target hf a language model (hf:DIR, "
-                  "gguf:FILE)")->required();
+                  "ONNX file or zoo spec (mlp:784-300-100-10, cnn, ...); for --target hf and gguf a language model "
+                  "(hf:DIR, gguf:FILE)")->required();
   cmd->add_option("--target", a->target,
                   "onnx: an ONNX file for any runtime (onnx.checker passes it); rt: also checked to load in "
                   "pare_rt, the oneDNN edge runtime (pare run --engine rt); hf: a Hugging Face checkpoint folder "
-                  "(transformers' from_pretrained loads it)")
-      ->check(CLI::IsMember({"onnx", "rt", "hf"}))
+                  "(transformers' from_pretrained loads it); gguf: a GGUF file for llama.cpp")
+      ->check(CLI::IsMember({"onnx", "rt", "hf", "gguf"}))
       ->required();
   cmd->add_option("--out,-o", a->out,
                   "The file to write (a folder for --target hf); written atomically, nothing on failure")->required();
@@ -100,8 +123,12 @@ void add_export(CLI::App& app, Action& action) {
   cmd->add_option("--max-shard-size", a->max_shard_size,
                   "--target hf: the most bytes in one safetensors file before the weights are sharded, as "
                   "transformers spells it: 2GB (default), 500MB, 100KiB, or bytes; 0 never shards");
-  cmd->add_option("--metadata", a->metadata, "KEY=VALUE: one more metadata_props entry (--target hf: safetensors __metadata__ entry; repeat the option "
-                  "for more)")
+  cmd->add_option("--type", a->type,
+                  "--target gguf: the matrices' ggml type: f16 (default, as convert_hf_to_gguf.py), f32, bf16, q8_0, "
+                  "q4_0, q4_k")
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0", "q4_k"}));
+  cmd->add_option("--metadata", a->metadata, "KEY=VALUE: one more metadata_props entry (--target hf: safetensors __metadata__ entry; gguf: a string "
+                  "key such as general.name; repeat the option for more)")
       ->allow_extra_args(false);
   cmd->add_flag("--json", a->json, "Print the summary as JSON (bytes, and per initializer: density, sizes, decision; for hf: tensors, shards, files)");
   cmd->callback([&action, a] { action = [a] { run_export(*a); }; });

@@ -201,21 +201,30 @@ const Family* find_family(const std::string& name) {
 
 const TensorNames& gguf_names() { return kGgufNames; }
 
-std::string hf_name_of(const Family& f, const std::string& gguf) {
-  const size_t dot = gguf.rfind('.');
+namespace {
+
+// `name` (BASE.weight or BASE.bias) renamed from one column of the table to another: the role whose
+// `from` pattern matches BASE, with the layer index carried over; "" when no role of both has it.
+std::string rename(const TensorNames& from, const TensorNames& to, const std::string& name) {
+  const size_t dot = name.rfind('.');
   if (dot == std::string::npos) return "";
-  const std::string base = gguf.substr(0, dot), suffix = gguf.substr(dot);  // ".weight" / ".bias"
+  const std::string base = name.substr(0, dot), suffix = name.substr(dot);  // ".weight" / ".bias"
   for (auto role : kRoles) {
-    const char* hf = f.names.*role;
     std::string layer;
-    if (!*hf || !match_role(kGgufNames.*role, base, layer)) continue;
-    std::string out = hf;
+    if (!*(from.*role) || !*(to.*role) || !match_role(from.*role, base, layer)) continue;
+    std::string out = to.*role;
     const size_t at = out.find("{i}");
     if (at != std::string::npos) out.replace(at, 3, layer);
     return out + suffix;
   }
   return "";
 }
+
+}  // namespace
+
+std::string hf_name_of(const Family& f, const std::string& gguf) { return rename(kGgufNames, f.names, gguf); }
+
+std::string gguf_name_of(const Family& f, const std::string& hf) { return rename(f.names, kGgufNames, hf); }
 
 Role role_of(const Family& f, const std::string& name) {
   const size_t dot = name.rfind('.');

@@ -52,6 +52,8 @@ const TensorNames& gguf_names();
 /// The Hugging Face name of GGUF tensor `gguf` ("blk.3.attn_q.weight" ->
 /// "model.layers.3.self_attn.q_proj.weight" for Llama), or "" when no role of `f` has it.
 std::string hf_name_of(const Family& f, const std::string& gguf);
+/// The GGUF name of Hugging Face tensor `hf` of family `f` (hf_name_of's inverse), or "" when no role has it.
+std::string gguf_name_of(const Family& f, const std::string& hf);
 
 /// A role of TensorNames (&TensorNames::q, ...).
 using Role = const char* TensorNames::*;

@@ -15,7 +15,6 @@ namespace {
 
 constexpr uint32_t kMagic = 0x46554747;  // "GGUF" read as a little-endian u32
 constexpr uint64_t kHeaderBytes = 4 + 4 + 8 + 8;
-constexpr uint32_t kMaxDims = 4;  // GGML_MAX_DIMS
 // The fewest bytes a key/value (empty key, u8 value) and a tensor info (empty name, no dims) take:
 // counts beyond what the rest of the file could hold are refused before anything is reserved.
 constexpr uint64_t kMinKvBytes = 8 + 4 + 1;
@@ -217,23 +216,195 @@ void dequant_q8_k(const uint8_t* src, float* dst, int64_t n) {
 
 void dequant_f32(const uint8_t* src, float* dst, int64_t n) { std::memcpy(dst, src, static_cast<size_t>(n) * 4); }
 
-// ggml's types (ggml.h, gguf-py's GGML_QUANT_SIZES): elements per block, bytes per block, and the
-// dequantizer where pare has one.
+// ---------------------------------------------------------------------------------------------
+// Quantization, the other way: `n` blocks of fp32 from `src` to ggml blocks at `dst`, as
+// ggml-quants.c's quantize_row_*_ref does it (gguf-py's quants.py agrees bit for bit for the types it
+// quantizes: F16 BF16 Q8_0 Q4_0). Scales are rounded to fp16 as ggml does (nearest even).
+
+using Quant = void (*)(const float* src, uint8_t* dst, int64_t n);
+
+inline void put_half(uint8_t* p, float f) {
+  const uint16_t h = c10::Half(f).x;
+  std::memcpy(p, &h, 2);
+}
+
+void quant_f32(const float* src, uint8_t* dst, int64_t n) { std::memcpy(dst, src, static_cast<size_t>(n) * 4); }
+
+void quant_f16(const float* src, uint8_t* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) put_half(dst + 2 * i, src[i]);
+}
+
+// ggml_compute_fp32_to_bf16: a NaN made quiet (its sign and top payload kept), else nearest even.
+void quant_bf16(const float* src, uint8_t* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t u;
+    std::memcpy(&u, src + i, 4);
+    const uint16_t h = (u & 0x7fffffffu) > 0x7f800000u ? static_cast<uint16_t>((u >> 16) | 64)
+                                                        : static_cast<uint16_t>((u + (0x7fffu + ((u >> 16) & 1))) >> 16);
+    std::memcpy(dst + 2 * i, &h, 2);
+  }
+}
+
+void quant_q8_0(const float* src, uint8_t* dst, int64_t n) {
+  for (int64_t b = 0; b < n; ++b, src += 32, dst += 34) {
+    float amax = 0.0f;
+    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(src[j]));
+    const float d = amax / 127;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    put_half(dst, d);
+    for (int j = 0; j < 32; ++j) dst[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(std::round(src[j] * id)));
+  }
+}
+
+// The element of largest magnitude (the first of equals) with its sign sets the scale: it becomes -8.
+void quant_q4_0(const float* src, uint8_t* dst, int64_t n) {
+  for (int64_t b = 0; b < n; ++b, src += 32, dst += 18) {
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < 32; ++j)
+      if (amax < std::fabs(src[j])) {
+        amax = std::fabs(src[j]);
+        max = src[j];
+      }
+    const float d = max / -8;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    put_half(dst, d);
+    for (int j = 0; j < 16; ++j) {
+      const int x0 = std::min(15, static_cast<int>(static_cast<int8_t>(src[j] * id + 8.5f)));
+      const int x1 = std::min(15, static_cast<int>(static_cast<int8_t>(src[j + 16] * id + 8.5f)));
+      dst[2 + j] = static_cast<uint8_t>(x0 | (x1 << 4));
+    }
+  }
+}
+
+// ggml's nearest_int: round to nearest even through the float's mantissa (|x| < 2^22).
+inline int nearest_int(float f) {
+  const float v = f + 12582912.f;
+  int32_t i;
+  std::memcpy(&i, &v, 4);
+  return (i & 0x007fffff) - 0x00400000;
+}
+
+// make_qkx2_quants for 32 values and 4 bits: a scale and a min (returned negated in `the_min`)
+// searched over 21 candidate ranges for the least weighted squared error; levels in `L`.
+float make_qkx2_quants_4bit(const float* x, const float* w, uint8_t* L, float* the_min) {
+  constexpr int n = 32, nmax = 15, nstep = 20;
+  constexpr float rmin = -1.f, rdelta = 0.1f;
+  uint8_t Laux[n];
+  float min = x[0], max = x[0], sum_w = w[0], sum_x = sum_w * x[0];
+  for (int i = 1; i < n; ++i) {
+    if (x[i] < min) min = x[i];
+    if (x[i] > max) max = x[i];
+    sum_w += w[i];
+    sum_x += w[i] * x[i];
+  }
+  if (min > 0) min = 0;
+  if (max == min) {
+    std::memset(L, 0, n);
+    *the_min = -min;
+    return 0.f;
+  }
+  float iscale = nmax / (max - min), scale = 1 / iscale, best_error = 0;
+  for (int i = 0; i < n; ++i) {
+    L[i] = static_cast<uint8_t>(std::max(0, std::min(nmax, nearest_int(iscale * (x[i] - min)))));
+    const float diff = scale * L[i] + min - x[i];
+    best_error += w[i] * (diff * diff);
+  }
+  for (int is = 0; is <= nstep; ++is) {
+    iscale = (rmin + rdelta * is + nmax) / (max - min);
+    float sum_l = 0, sum_l2 = 0, sum_xl = 0;
+    for (int i = 0; i < n; ++i) {
+      const int l = std::max(0, std::min(nmax, nearest_int(iscale * (x[i] - min))));
+      Laux[i] = static_cast<uint8_t>(l);
+      sum_l += w[i] * l;
+      sum_l2 += w[i] * l * l;
+      sum_xl += w[i] * l * x[i];
+    }
+    const float D = sum_w * sum_l2 - sum_l * sum_l;
+    if (!(D > 0)) continue;
+    float this_scale = (sum_w * sum_xl - sum_x * sum_l) / D, this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D;
+    if (this_min > 0) {
+      this_min = 0;
+      this_scale = sum_xl / sum_l2;
+    }
+    float cur_error = 0;
+    for (int i = 0; i < n; ++i) {
+      const float diff = this_scale * Laux[i] + this_min - x[i];
+      cur_error += w[i] * (diff * diff);
+    }
+    if (cur_error < best_error) {
+      std::memcpy(L, Laux, n);
+      best_error = cur_error;
+      scale = this_scale;
+      min = this_min;
+    }
+  }
+  *the_min = -min;
+  return scale;
+}
+
+// block_q4_K: d, dmin (fp16), scales[12] (eight 6-bit scales and mins), qs[128]; quantize_row_q4_K_ref.
+void quant_q4_k(const float* src, uint8_t* dst, int64_t n) {
+  for (int64_t b = 0; b < n; ++b, src += 256, dst += 144) {
+    uint8_t L[256], sc[12] = {};
+    float mins[8], scales[8], weights[32], max_scale = 0, max_min = 0;
+    for (int j = 0; j < 8; ++j) {
+      float sum_x2 = 0;
+      for (int l = 0; l < 32; ++l) sum_x2 += src[32 * j + l] * src[32 * j + l];
+      const float av_x = std::sqrt(sum_x2 / 32);
+      for (int l = 0; l < 32; ++l) weights[l] = av_x + std::fabs(src[32 * j + l]);
+      scales[j] = make_qkx2_quants_4bit(src + 32 * j, weights, L + 32 * j, &mins[j]);
+      max_scale = std::max(max_scale, scales[j]);
+      max_min = std::max(max_min, mins[j]);
+    }
+    const float inv_scale = max_scale > 0 ? 63.f / max_scale : 0.f, inv_min = max_min > 0 ? 63.f / max_min : 0.f;
+    for (int j = 0; j < 8; ++j) {
+      const uint8_t ls = std::min<uint8_t>(63, static_cast<uint8_t>(nearest_int(inv_scale * scales[j])));
+      const uint8_t lm = std::min<uint8_t>(63, static_cast<uint8_t>(nearest_int(inv_min * mins[j])));
+      if (j < 4) {
+        sc[j] = ls;
+        sc[j + 4] = lm;
+      } else {
+        sc[j + 4] = static_cast<uint8_t>((ls & 0xF) | ((lm & 0xF) << 4));
+        sc[j - 4] |= static_cast<uint8_t>((ls >> 4) << 6);
+        sc[j] |= static_cast<uint8_t>((lm >> 4) << 6);
+      }
+    }
+    put_half(dst, max_scale / 63.f);
+    put_half(dst + 2, max_min / 63.f);
+    std::memcpy(dst + 4, sc, 12);
+    const float d_all = half_at(dst), dmin_all = half_at(dst + 2);
+    for (int j = 0; j < 8; ++j) {
+      int s, m;
+      scale_min_k4(j, sc, &s, &m);
+      const float d = d_all * s;
+      if (d == 0.0f) continue;
+      const float dm = dmin_all * m;
+      for (int i = 0; i < 32; ++i) L[32 * j + i] = static_cast<uint8_t>(std::max(0, std::min(15, nearest_int((src[32 * j + i] + dm) / d))));
+    }
+    uint8_t* q = dst + 16;
+    for (int j = 0; j < 256; j += 64, q += 32)
+      for (int l = 0; l < 32; ++l) q[l] = static_cast<uint8_t>(L[j + l] | (L[j + l + 32] << 4));
+  }
+}
+
+// ggml's types (ggml.h, gguf-py's GGML_QUANT_SIZES): elements per block, bytes per block, the
+// dequantizer and the quantizer where pare has them.
 struct TypeTraits {
   uint32_t id;
   const char* name;
   int64_t block;
   int64_t bytes;
   Dequant dequant;
+  Quant quant = nullptr;
 };
 
 constexpr TypeTraits kTypes[] = {
-    {0, "F32", 1, 4, dequant_f32},           {1, "F16", 1, 2, dequant_f16},
-    {2, "Q4_0", 32, 18, dequant_q4_0},       {3, "Q4_1", 32, 20, dequant_q4_1},
+    {0, "F32", 1, 4, dequant_f32, quant_f32}, {1, "F16", 1, 2, dequant_f16, quant_f16},
+    {2, "Q4_0", 32, 18, dequant_q4_0, quant_q4_0},       {3, "Q4_1", 32, 20, dequant_q4_1},
     {6, "Q5_0", 32, 22, dequant_q5<false>},  {7, "Q5_1", 32, 24, dequant_q5<true>},
-    {8, "Q8_0", 32, 34, dequant_q8_0},       {9, "Q8_1", 32, 40, nullptr},
+    {8, "Q8_0", 32, 34, dequant_q8_0, quant_q8_0},       {9, "Q8_1", 32, 40, nullptr},
     {10, "Q2_K", 256, 84, dequant_q2_k},     {11, "Q3_K", 256, 110, nullptr},
-    {12, "Q4_K", 256, 144, dequant_q45_k<false>}, {13, "Q5_K", 256, 176, dequant_q45_k<true>},
+    {12, "Q4_K", 256, 144, dequant_q45_k<false>, quant_q4_k}, {13, "Q5_K", 256, 176, dequant_q45_k<true>},
     {14, "Q6_K", 256, 210, dequant_q6_k},    {15, "Q8_K", 256, 292, dequant_q8_k},
     {16, "IQ2_XXS", 256, 66, nullptr},       {17, "IQ2_XS", 256, 74, nullptr},
     {18, "IQ3_XXS", 256, 98, nullptr},       {19, "IQ1_S", 256, 50, nullptr},
@@ -242,7 +413,7 @@ constexpr TypeTraits kTypes[] = {
     {24, "I8", 1, 1, nullptr},               {25, "I16", 1, 2, nullptr},
     {26, "I32", 1, 4, nullptr},              {27, "I64", 1, 8, nullptr},
     {28, "F64", 1, 8, nullptr},              {29, "IQ1_M", 256, 56, nullptr},
-    {30, "BF16", 1, 2, dequant_bf16},        {34, "TQ1_0", 256, 54, nullptr},
+    {30, "BF16", 1, 2, dequant_bf16, quant_bf16},        {34, "TQ1_0", 256, 54, nullptr},
     {35, "TQ2_0", 256, 66, nullptr},         {39, "MXFP4", 32, 17, nullptr},
     {40, "NVFP4", 64, 36, nullptr},          {41, "Q1_0", 128, 18, nullptr},
 };
@@ -349,8 +520,8 @@ GgufTensorInfo read_tensor_info(Cursor& c, const std::string& path, uint64_t ind
   info.name = c.read_string("the name of tensor " + std::to_string(index));
   const std::string what = "tensor '" + info.name + "'";
   const uint32_t n_dims = c.read<uint32_t>(what + "'s number of dimensions");
-  PARE_CHECK(n_dims <= kMaxDims, "GGUF file '", path, "': ", what, " has ", n_dims,
-             " dimensions; ggml allows at most ", kMaxDims);
+  PARE_CHECK(n_dims <= kGgmlMaxDims, "GGUF file '", path, "': ", what, " has ", n_dims,
+             " dimensions; ggml allows at most ", kGgmlMaxDims);
   // The product counts a zero dimension as 1: a tensor's strides (the product of the dimensions
   // after each) must fit int64 even when another dimension is 0.
   std::vector<uint64_t> ne(n_dims);
@@ -436,6 +607,39 @@ std::string ggml_type_name(uint32_t type) {
 bool ggml_type_dequantizable(uint32_t type) {
   const TypeTraits* t = find_type(type);
   return t && t->dequant;
+}
+
+bool ggml_type_quantizable(uint32_t type) {
+  const TypeTraits* t = find_type(type);
+  return t && t->quant;
+}
+
+int64_t ggml_block_size(uint32_t type) {
+  const TypeTraits* t = find_type(type);
+  return t ? t->block : 0;
+}
+
+int64_t ggml_block_bytes(uint32_t type) {
+  const TypeTraits* t = find_type(type);
+  return t ? t->bytes : 0;
+}
+
+std::string ggml_quantize(const at::Tensor& values, uint32_t type, const std::string& what) {
+  const TypeTraits* t = find_type(type);
+  PARE_CHECK(t && t->quant, what, ": pare does not write ggml type ", ggml_type_name(type), " (it writes F32 F16 BF16 "
+             "Q8_0 Q4_0 Q4_K)");
+  const at::Tensor x = values.to(at::kFloat).contiguous();
+  const int64_t row = x.dim() == 0 ? 1 : x.size(-1);
+  PARE_CHECK(row % t->block == 0, what, ": rows of ", row, " values are not a multiple of ", t->name, "'s block of ",
+             t->block);
+  const int64_t blocks = x.numel() / t->block;
+  std::string out(static_cast<size_t>(blocks * t->bytes), '\0');
+  const float* src = x.data_ptr<float>();
+  auto* dst = reinterpret_cast<uint8_t*>(out.data());
+  at::parallel_for(0, blocks, std::max<int64_t>(1, 16384 / t->block), [&](int64_t b0, int64_t b1) {
+    t->quant(src + b0 * t->block, dst + b0 * t->bytes, b1 - b0);
+  });
+  return out;
 }
 
 int64_t GgufTensorInfo::numel() const {

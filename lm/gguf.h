@@ -24,6 +24,9 @@
 
 namespace pare::lm {
 
+/// The most dimensions a ggml tensor has (GGML_MAX_DIMS).
+constexpr uint32_t kGgmlMaxDims = 4;
+
 /// A metadata value's type, numbered as in the GGUF specification.
 enum class GgufValueType : uint32_t {
   kU8 = 0, kI8 = 1, kU16 = 2, kI16 = 3, kU32 = 4, kI32 = 5, kF32 = 6, kBool = 7,
@@ -44,6 +47,18 @@ std::string ggml_type_name(uint32_t type);
 /// True if GgufFile::tensor() dequantizes tensors of this type: F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1
 /// Q8_0 Q2_K Q4_K Q5_K Q6_K Q8_K.
 bool ggml_type_dequantizable(uint32_t type);
+/// True if ggml_quantize writes tensors of this type: F32 F16 BF16 Q8_0 Q4_0 Q4_K.
+bool ggml_type_quantizable(uint32_t type);
+/// Elements in one block of the type (1 for F32, F16, BF16; 32 for Q8_0, Q4_0; 256 for Q4_K), and
+/// its bytes; 0 for a number ggml does not define.
+int64_t ggml_block_size(uint32_t type);
+int64_t ggml_block_bytes(uint32_t type);
+/// `values` (fp32; rows of the last dimension) as the type's bytes, as ggml-quants.c's
+/// quantize_row_*_ref writes them: bit for bit what gguf-py's gguf.quants.quantize gives for F16 BF16
+/// Q8_0 Q4_0 (Q4_K: ggml's reference algorithm, ported with its float operations in order). Throws
+/// InputError naming `what` when the last dimension is not a multiple of the block or the type is
+/// not quantizable.
+std::string ggml_quantize(const at::Tensor& values, uint32_t type, const std::string& what);
 
 /// One metadata value: a scalar, a string, or an array of scalars or of strings (GGUF allows
 /// arrays of arrays; llama.cpp reads none and neither does pare).
@@ -148,6 +163,46 @@ class GgufFile {
   std::map<std::string, GgufValue> values_;
   std::vector<GgufTensorInfo> tensors_;
   std::map<std::string, size_t> tensor_index_;
+};
+
+/// Writes a GGUF v3 file: metadata in the order set, tensor infos, the data section aligned to
+/// `general.alignment` (32 unless set). The file is written atomically (core/file_util.h): a failure
+/// leaves no file and no partial one.
+///
+///   lm::GgufWriter w;
+///   w.set_string("general.architecture", "llama");
+///   w.set_u32("llama.block_count", 2);
+///   w.add_tensor("token_embd.weight", {vocab, hidden}, GgmlType::kQ8_0, lm::ggml_quantize(embed, 8, "embed"));
+///   w.write("model.gguf");
+class GgufWriter {
+ public:
+  /// Sets `key` (replacing an earlier value in place, keeping its position).
+  void set(const std::string& key, GgufValue value);
+  void set_string(const std::string& key, const std::string& v);
+  void set_u32(const std::string& key, uint32_t v);
+  void set_i32(const std::string& key, int32_t v);
+  void set_f32(const std::string& key, float v);
+  void set_bool(const std::string& key, bool v);
+  void set_strings(const std::string& key, const std::vector<std::string>& v);
+  void set_i32s(const std::string& key, const std::vector<int32_t>& v);
+  void set_f32s(const std::string& key, const std::vector<float>& v);
+  /// A tensor of `shape` (PyTorch order, outermost first) whose bytes are `data` in ggml type
+  /// `type`. Throws Error for a name given twice, more than 4 dimensions, or bytes that are not
+  /// the shape's size in the type.
+  void add_tensor(const std::string& name, const std::vector<int64_t>& shape, uint32_t type, std::string data);
+  /// The file's bytes (tests; write() streams them).
+  std::string bytes() const;
+  /// Writes the file atomically; returns its size in bytes.
+  uint64_t write(const std::string& path) const;
+
+ private:
+  void write_to(std::ostream& out) const;
+  struct Tensor {
+    GgufTensorInfo info;
+    std::string data;
+  };
+  std::vector<std::pair<std::string, GgufValue>> values_;
+  std::vector<Tensor> tensors_;
 };
 
 }  // namespace pare::lm

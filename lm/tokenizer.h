@@ -111,8 +111,8 @@ struct TokenizerModel {
   std::string source = "tokenizer";  ///< the file it came from, for error messages
 
   /// Sets normalizer, pre_tokenizer and decoder (and ignore_merges, byte_fallback) the way
-  /// llama.cpp names them: kind kByteLevelBpe with `pre` "gpt2", "llama-bpe" (Llama 3) or "smollm";
-  /// kind kSentencePieceBpe with pre "" or "default". Throws InputError naming `source` and `pre`
+  /// llama.cpp names them: kind kByteLevelBpe with `pre` "gpt-2" (GPT-2, and tokenizers' plain
+  /// ByteLevel), "llama-bpe" (Llama 3) or "smollm"; kind kSentencePieceBpe with pre "" or "default". Throws InputError naming `source` and `pre`
   /// for any other ("qwen2" too: Qwen2 normalizes to NFC first, which pare lacks so far).
   void set_pipeline(Kind kind, const std::string& pre);
 };

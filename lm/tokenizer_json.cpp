@@ -360,7 +360,7 @@ void TokenizerModel::set_pipeline(Kind k, const std::string& pre) {
     return;
   }
   PreTokenizerStep split;
-  if (pre == "gpt2") {
+  if (pre == "gpt-2") {
     pre_tokenizer = {byte_level(true)};
   } else if (pre == "llama-bpe") {
     split.kind = P::kSplitLlama3;
@@ -373,7 +373,7 @@ void TokenizerModel::set_pipeline(Kind k, const std::string& pre) {
   } else {
     // qwen2 too: Qwen2's tokenizer.json normalizes to NFC first, which pare does not implement yet.
     throw InputError(source + ": tokenizer.ggml.pre '" + pre +
-                     "' is not supported (pare has gpt2, llama-bpe and smollm for byte-level BPE)");
+                     "' is not supported (pare has gpt-2, llama-bpe and smollm for byte-level BPE)");
   }
   decoder = {DecoderStep{D::kByteLevel}};
 }

@@ -1,11 +1,13 @@
 // GGUF reading (lm/gguf.h): metadata of every type, tensors of each dequantized type from
-// hand-made blocks, and the hostile files each refused with an InputError naming what is wrong.
+// hand-made blocks, and the hostile files each refused with an InputError naming what is wrong;
+// writing (GgufWriter, ggml_quantize): what the writer writes the reader reads back.
 // tests/peer/gguf_peer_test.sh checks the numbers against gguf-py on random and real files.
 #include "lm/gguf.h"
 
 #include <gtest/gtest.h>
 #include <zlib.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -396,6 +398,126 @@ TEST(Gguf, ReadsTheFuzzSeeds) {
   EXPECT_EQ(v2.alignment(), 64u);
   EXPECT_EQ(GgufFile(dir + "tensors.gguf").tensors().size(), 13u);
   EXPECT_EQ(GgufFile(dir + "metadata.gguf").get_ints("a.u64s"), (std::vector<int64_t>{1, 2}));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Writing: GgufWriter and ggml_quantize. tests/peer/gguf_export_test.sh checks the bytes against
+// gguf-py's and ggml's own quantizers and runs the files in llama.cpp.
+
+TEST(GgufWriter, WritesWhatTheReaderReads) {
+  GgufWriter w;
+  w.set_string("general.architecture", "llama");
+  w.set_u32("general.alignment", 64);
+  w.set_i32("answer", -42);
+  w.set_f32("eps", 1e-5f);
+  w.set_bool("flag", true);
+  w.set_strings("words", {"a", "", "ünï"});
+  w.set_i32s("ids", {3, -1, 7});
+  w.set_f32s("scores", {0.5f, -2.f});
+  w.set_u32("answer", 42);  // replaces the value, keeps the place
+  const at::Tensor m = at::arange(12, at::kFloat).reshape({3, 4});
+  w.add_tensor("m", {3, 4}, static_cast<uint32_t>(GgmlType::kF32), ggml_quantize(m, 0, "m"));
+  const at::Tensor q = at::randn({2, 64});
+  w.add_tensor("q", {2, 64}, static_cast<uint32_t>(GgmlType::kQ8_0), ggml_quantize(q, 8, "q"));
+  const GgufFile f = parse(w.bytes());
+  EXPECT_EQ(f.version(), 3u);
+  EXPECT_EQ(f.alignment(), 64u);
+  EXPECT_EQ(f.keys(), (std::vector<std::string>{"general.architecture", "general.alignment", "answer", "eps", "flag",
+                                                "words", "ids", "scores"}));
+  EXPECT_EQ(f.get_string("general.architecture"), "llama");
+  EXPECT_EQ(f.value("answer").type, GgufValueType::kU32);
+  EXPECT_EQ(f.get_int("answer"), 42);
+  EXPECT_EQ(f.get_float("eps"), 1e-5f);
+  EXPECT_TRUE(f.get_bool("flag"));
+  EXPECT_EQ(f.get_strings("words"), (std::vector<std::string>{"a", "", "ünï"}));
+  EXPECT_EQ(f.get_ints("ids"), (std::vector<int64_t>{3, -1, 7}));
+  EXPECT_EQ(f.get_floats("scores"), (std::vector<double>{0.5, -2.0}));
+  EXPECT_EQ(f.data_offset() % 64, 0u);
+  EXPECT_EQ(f.tensor_info("q").offset % 64, 0u);
+  EXPECT_TRUE(at::equal(f.tensor("m"), m));
+  EXPECT_EQ(f.tensor_info("q").shape, (std::vector<int64_t>{2, 64}));
+  EXPECT_LE((f.tensor("q") - q).abs().max().item<float>(), q.abs().max().item<float>() / 127);
+}
+
+TEST(GgufWriter, RefusesTensorsThatDoNotFitTheirType) {
+  GgufWriter w;
+  w.add_tensor("a", {2}, 0, std::string(8, '\0'));
+  auto refused = [&](const std::vector<int64_t>& shape, uint32_t type, size_t bytes, const std::string& says) {
+    try {
+      w.add_tensor("b", shape, type, std::string(bytes, '\0'));
+      ADD_FAILURE() << "accepted " << says;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  };
+  refused({3}, 0, 8, "has 8 bytes; its shape in F32 takes 12");
+  refused({2, 48}, 8, 102, "rows of 48 values do not fill blocks of Q8_0");
+  refused({1, 1, 1, 1, 1}, 0, 4, "5 dimensions");
+  refused({}, 0, 4, "0 dimensions");
+  try {
+    w.add_tensor("a", {2}, 0, std::string(8, '\0'));
+    ADD_FAILURE() << "a second tensor 'a'";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'a' added twice"), std::string::npos) << e.what();
+  }
+}
+
+TEST(GgmlQuantize, GivesTheBlocksGgmlDoes) {
+  // Q8_0: the largest magnitude maps to 127, so d = 1 and every integer comes back exactly.
+  std::vector<float> v(32);
+  for (int i = 0; i < 32; ++i) v[i] = static_cast<float>(i % 2 ? -4 * i : 4 * i);
+  v[5] = 127;
+  std::string q8 = ggml_quantize(at::tensor(v), 8, "v");
+  ASSERT_EQ(q8.size(), 34u);
+  EXPECT_EQ(q8.substr(0, 2), u16(0x3c00));  // fp16 1.0
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(static_cast<int8_t>(q8[2 + i]), static_cast<int8_t>(v[i])) << i;
+  // Q4_0: the value of largest magnitude, with its sign, becomes -8; here -8 itself, so d = 1.
+  for (int i = 0; i < 32; ++i) v[i] = static_cast<float>(i % 16 - 8);
+  v[3] = -8;
+  const std::string q4 = ggml_quantize(at::tensor(v), 2, "v");
+  ASSERT_EQ(q4.size(), 18u);
+  EXPECT_EQ(q4.substr(0, 2), u16(0x3c00));
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_EQ(q4[2 + j] & 0x0F, static_cast<int>(v[j]) + 8) << j;
+    EXPECT_EQ((q4[2 + j] >> 4) & 0x0F, static_cast<int>(v[j + 16]) + 8) << j;
+  }
+  // An all-zero block: scale -0 (0 / -8, as in ggml), every level the zero point.
+  EXPECT_EQ(ggml_quantize(at::zeros({32}), 2, "z"), u16(0x8000) + std::string(16, '\x88'));
+  // BF16: ggml's rounding, nearest even; a NaN stays a (quiet) NaN.
+  const std::string b = ggml_quantize(at::tensor({1.0f + 1.0f / 256, 1.0f + 3.0f / 256, std::nanf("")}), 30, "b");
+  EXPECT_EQ(b.substr(0, 2), u16(0x3f80));  // the tie goes to the even 1.0
+  EXPECT_EQ(b.substr(2, 2), u16(0x3f82));
+  uint16_t nan;
+  std::memcpy(&nan, b.data() + 4, 2);
+  EXPECT_EQ(nan & 0x7fc0, 0x7fc0);
+}
+
+TEST(GgmlQuantize, RoundTripsThroughTheReaderWithinEachFormatsStep) {
+  at::manual_seed(11);
+  const at::Tensor x = at::randn({8, 512});
+  double error[3];
+  int k = 0;
+  for (const GgmlType t : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_K}) {
+    GgufWriter w;
+    w.add_tensor("x", {8, 512}, static_cast<uint32_t>(t), ggml_quantize(x, static_cast<uint32_t>(t), "x"));
+    const at::Tensor back = parse(w.bytes()).tensor("x");
+    error[k++] = (back - x).abs().mean().item<double>();
+  }
+  // Gaussian weights: Q8_0 about 0.25% of the spread, Q4_K (a min and 6-bit sub-block scales) below Q4_0.
+  EXPECT_LT(error[0], 0.01);
+  EXPECT_LT(error[2], error[1]);
+  EXPECT_LT(error[1], 0.15);
+}
+
+TEST(GgmlQuantize, RefusesRowsThatDoNotFillBlocksAndTypesItDoesNotWrite) {
+  expect_input_error([] { ggml_quantize(at::zeros({2, 48}), 8, "tensor 'w'"); },
+                     {"tensor 'w'", "rows of 48 values", "Q8_0's block of 32"});
+  expect_input_error([] { ggml_quantize(at::zeros({2, 512}), 3, "tensor 'w'"); },
+                     {"tensor 'w'", "does not write ggml type Q4_1"});
+  EXPECT_TRUE(ggml_type_quantizable(12));
+  EXPECT_FALSE(ggml_type_quantizable(14));
+  EXPECT_EQ(ggml_block_size(12), 256);
+  EXPECT_EQ(ggml_block_bytes(12), 144);
 }
 
 // ---- peer check, driven by tests/peer/gguf_peer_test.sh --------------------------------------------

@@ -1,7 +1,8 @@
 // lm/hf_export: a language model written as a Hugging Face checkpoint reads back (in pare) as the
 // same config and the same tensors, bit for bit, sharded or not; what is no checkpoint (a quantized
 // or missing weight, a folder of other files) is refused with nothing written. transformers' side is
-// tests/peer/hf_export_test.sh.
+// tests/peer/hf_export_test.sh. lm/gguf_export: the same for a GGUF file in F32 (llama.cpp's side:
+// tests/peer/gguf_export_test.sh).
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -9,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/file_util.h"
+#include "lm/gguf_export.h"
 #include "lm/hf.h"
 #include "lm/hf_export.h"
 #include "tests/test_util.h"
@@ -243,6 +245,74 @@ TEST(HfExport, CopiesTheTokenizerFilesBesideTheModel) {
   EXPECT_EQ(read_file(tmp.file("out/tokenizer_config.json")), "{\"bos_token\": \"<s>\"}");
   EXPECT_FALSE(file_exists(tmp.file("out/special_tokens_map.json")));
   EXPECT_EQ(r.files.size(), 4u);  // config.json, model.safetensors and the two
+}
+
+// A byte-level BPE of c.vocab tokens without merges (token i spelled by bytes i/64 and i%64 through
+// GPT-2's map), token 0 a special <|endoftext|>, BOS 1 and EOS 2 as in tiny_config.
+std::shared_ptr<const Tokenizer> tiny_tokenizer(int64_t vocab) {
+  TokenizerModel t;
+  for (int64_t i = 0; i < vocab; ++i) {
+    std::string s;
+    for (uint32_t cp : {byte_to_unicode(static_cast<uint8_t>(33 + i / 64)), byte_to_unicode(static_cast<uint8_t>(33 + i % 64))})
+      s += cp < 0x80 ? std::string(1, static_cast<char>(cp))
+                     : std::string{static_cast<char>(0xC0 | (cp >> 6)), static_cast<char>(0x80 | (cp & 0x3F))};
+    t.vocab.push_back(i == 0 ? "<|endoftext|>" : s);
+  }
+  AddedToken eot;
+  eot.content = "<|endoftext|>";
+  eot.special = true;
+  t.added.push_back(eot);
+  t.bos_id = 1, t.eos_id = 2;
+  t.set_pipeline(TokenizerModel::Kind::kByteLevelBpe, "gpt-2");
+  return std::make_shared<const Tokenizer>(std::move(t));
+}
+
+TEST(GgufExport, WritesLlamaAndGpt2BackBitForBitInF32) {
+  for (const char* family : {"llama", "gpt2"}) {
+    LmConfig c = tiny_config(family);
+    c.rope_factor = 0;  // llama3 scaling is not written yet
+    const auto w = random_weights(c);
+    LmModel m = make_model(c, w);
+    m.tok = tiny_tokenizer(c.vocab);
+    TempDir tmp;
+    const GgufExportResult r = save_gguf(m, tmp.file("m.gguf"), GgufExportOptions().type(GgmlType::kF32));
+    EXPECT_EQ(r.arch, family);
+    EXPECT_EQ(r.tokenizer_pre, "gpt-2");
+    EXPECT_EQ(r.bytes, static_cast<uint64_t>(read_file(tmp.file("m.gguf")).size()));
+    const GgufFile f(tmp.file("m.gguf"));
+    EXPECT_EQ(f.get_int("general.file_type"), 0);
+    EXPECT_EQ(f.get_int(std::string(family) + ".block_count"), 2);
+    EXPECT_EQ(f.get_strings("tokenizer.ggml.tokens")[0], "<|endoftext|>");
+    EXPECT_EQ(f.get_ints("tokenizer.ggml.token_type")[0], 3);  // control
+    EXPECT_EQ(f.get_int("tokenizer.ggml.eos_token_id"), 2);
+    // Read back by pare's GGUF reader, which undoes llama.cpp's q/k permutation and GPT-2's transposition.
+    const LmModel back = load_gguf(tmp.file("m.gguf"));
+    LmConfig written = back.config;
+    expect_same_tensors(w, hf_tensors(back, written));
+    EXPECT_EQ(written.heads, c.heads);
+    EXPECT_EQ(written.kv_heads, c.kv_heads);
+    EXPECT_EQ(written.norm_eps, static_cast<float>(c.norm_eps));
+    EXPECT_TRUE(same_vocabulary(*back.tok, *m.tok));
+  }
+}
+
+TEST(GgufExport, RefusesWhatGgufCannotHoldWritingNothing) {
+  LmConfig c = tiny_config("llama");
+  LmModel m = make_model(c, random_weights(c));
+  TempDir tmp;
+  testing::expect_input_error([&] { save_gguf(m, tmp.file("a.gguf")); }, {"a.gguf", "RoPE scaling"});
+  c.rope_factor = 0;
+  m = make_model(c, random_weights(c));
+  testing::expect_input_error([&] { save_gguf(m, tmp.file("b.gguf")); }, {"b.gguf", "no tokenizer"});
+  m.tok = tiny_tokenizer(c.vocab);
+  testing::expect_input_error([&] { save_gguf(m, tmp.file("c.gguf"), GgufExportOptions().type(GgmlType::kQ8_0)); },
+                              {"c.gguf", "tensor '", "rows of 16 values", "Q8_0's block of 32"});
+  m.graph.initializers["model.norm.weight"][3] = std::numeric_limits<float>::infinity();
+  testing::expect_input_error([&] { save_gguf(m, tmp.file("d.gguf")); }, {"model.norm.weight", "not finite"});
+  testing::expect_input_error([&] { save_gguf(m, tmp.file("e.gguf"), GgufExportOptions().metadata("llama.block_count", "9")); },
+                              {"llama.block_count", "pare writes that key itself"});
+  EXPECT_TRUE(tmp.list().empty());
+  testing::expect_input_error([] { parse_gguf_type("q4_1"); }, {"'q4_1'", "f32, f16, bf16, q8_0, q4_0, q4_k"});
 }
 
 }  // namespace

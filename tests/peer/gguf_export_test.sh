@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# Peer test: the GGUF files `pare export --target gguf` writes, read and run by llama.cpp's own code
+# (PyPI gguf, and llama-cpp-python built from source by scripts/install-deps; tests/peer/gguf_export_peer.py).
+#   - A 2-layer Llama trained by pare on the fortunes (dim 256, so that Q4_K's 256-value blocks fit)
+#     in each --type (f32 f16 bf16 q8_0 q4_0 q4_k), and random-weight checkpoints made by transformers
+#     (llama with tied embeddings, mistral, qwen2, qwen3 with head_dim 24, gpt2) in f32 and q8_0:
+#     gguf-py's reader finds the metadata config.json and tokenizer.json say, and every tensor as
+#     llama.cpp's converter lays it out, stored bit for bit as gguf.quants.quantize (or, for Q4_K,
+#     ggml's own quantize_row_q4_K_ref) stores it.
+#   - llama.cpp runs each file: on 512 held-out tokens its logits equal pare's run of the same file
+#     within 1e-3 of the largest logit for f32 and f16; for bf16, q8_0, q4_0 and q4_k (llama.cpp
+#     rounds activations to 8 bits for quantized products, pare does not) the argmax agrees on at
+#     least 99% of the positions and the perplexity is within 1%. Random checkpoints: f32 logits
+#     within 1e-3, and greedy generation of 32 tokens equals `pare generate --temperature 0`.
+#   - llama.cpp tokenizes held-out text to pare's ids.
+#   - Bad requests exit 2 naming the problem and write nothing: rows that do not fill Q4_K's blocks,
+#     a model without a tokenizer, llama3 RoPE scaling, --type with another target.
+# Env: PARE, PARE_PYTHON. Without gguf or llama_cpp the test fails under make test and CI.
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+PARE=${PARE:?set PARE to the pare binary}
+source "$here/../peers.sh"
+need_python "torch, transformers, tokenizers, safetensors, numpy, gguf, llama_cpp"
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/pare-gguf-export.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+export PARE_CACHE_DIR=$tmp/cache
+text=/usr/share/games/fortunes/computers
+held_out=/usr/share/games/fortunes/science
+need "Debian's fortunes ($text)" test -f "$text"
+peer=("$PY" "$here/gguf_export_peer.py")
+failures=()
+check() {  # NAME COMMAND...: runs it, prints ok/FAIL with its last line
+  local name=$1
+  shift
+  local out rc=0
+  out=$("$@" 2>&1) || rc=$?
+  if ((rc == 0)); then echo "ok   $name: $(tail -n 1 <<<"$out")"; else echo "FAIL $name: $out" | tail -n 20; failures+=("$name"); fi
+}
+
+"$PY" "$here/peer_util.py" bpe "$tmp/tokenizer.json" --text "$text" --vocab 1024
+"$PARE" train --model llama:layers=2,dim=256,heads=4,kv-heads=2,ff=512,ctx=512 --tokenizer "$tmp/tokenizer.json" \
+  --data "text:$text" --seq-len 64 --batch-size 16 --seed 1 --epochs 1 --lr 3e-3 --out "$tmp/llama" -q
+# 512 held-out tokens (no BOS: this tokenizer has none), and the same text for llama.cpp's tokenizer.
+head -c 4000 "$held_out" >"$tmp/held_out.txt"
+"$PARE" tokenize "$tmp/tokenizer.json" --text "$(cat "$tmp/held_out.txt")" --json >"$tmp/pare_ids.json"
+"$PY" -c "import json, numpy as np, sys; ids = json.load(open(sys.argv[1]))[:512]; assert len(ids) == 512, len(ids); \
+np.save(sys.argv[2], np.array([ids], dtype=np.int64))" "$tmp/pare_ids.json" "$tmp/ids.npy"
+
+compare() {  # FILE TYPE: llama.cpp's logits on ids.npy against pare's run of the same file
+  local file=$1 type=$2 out=$tmp/cmp-$2
+  mkdir -p "$out"
+  "${peer[@]}" run "$file" "$tmp/ids.npy" "$out" &&
+  "$PARE" run "gguf:$file" -i "input_ids=$tmp/ids.npy" -o "logits=$out/pare.npy" >/dev/null &&
+  "$PY" - "$out" "$type" <<'PYEOF'
+import sys, numpy as np
+d, t = sys.argv[1], sys.argv[2]
+ids = np.load(d + "/../ids.npy")[0]
+ref, got = np.load(d + "/logits.npy")[0], np.load(d + "/pare.npy")[0]
+def ppl(logits):
+    z = logits[:-1].astype(np.float64)
+    lse = np.log(np.exp(z - z.max(-1, keepdims=True)).sum(-1)) + z.max(-1)
+    return float(np.exp((lse - z[np.arange(len(z)), ids[1:]]).mean()))
+rel = np.abs(ref - got).max() / np.abs(got).max()
+agree = (ref.argmax(-1) == got.argmax(-1)).mean()
+p_ref, p_got = ppl(ref), ppl(got)
+print(f"{t}: max |llama.cpp - pare| {rel:.1e} of the largest logit, argmax agreement {agree:.1%}, "
+      f"perplexity llama.cpp {p_ref:.3f} pare {p_got:.3f} ({p_ref / p_got - 1:+.2%})")
+ok = rel <= 1e-3 if t in ("f32", "f16") else agree >= 0.99 and abs(p_ref / p_got - 1) <= 0.01
+sys.exit(0 if ok else 1)
+PYEOF
+}
+
+for type in f32 f16 bf16 q8_0 q4_0 q4_k; do
+  file=$tmp/llama.$type.gguf
+  check "export llama $type" "$PARE" export "hf:$tmp/llama" --target gguf --type "$type" --out "$file"
+  [[ -f $file ]] || continue
+  check "gguf-py reads llama $type" "${peer[@]}" tensors "$file" "$tmp/llama"
+  check "llama.cpp runs llama $type" compare "$file" "$type"
+done
+want=$("$PY" -c "import json, sys; print(' '.join(map(str, json.load(open(sys.argv[1])))))" "$tmp/pare_ids.json")
+got=$("${peer[@]}" tokenize "$tmp/llama.f32.gguf" "$tmp/held_out.txt" 2>/dev/null || true)
+if [[ "$got" == "$want" ]]; then echo "ok   llama.cpp tokenizes $(wc -c <"$tmp/held_out.txt") bytes of held-out text to pare's $(wc -w <<<"$want") ids"
+else echo "FAIL tokenize: llama.cpp '${got:0:300}' vs pare '${want:0:300}'"; failures+=(tokenize); fi
+
+prompt=$("$PY" -c "import json, sys; print(','.join(map(str, json.load(open(sys.argv[1]))[:8])))" "$tmp/pare_ids.json")
+generate() {  # FILE: greedy generation from 8 held-out tokens, llama.cpp against pare
+  local file=$1 want got
+  want=$("$PARE" generate "gguf:$file" --prompt-ids "$prompt" -n 32 --temperature 0 --ignore-eos -q --json |
+         "$PY" -c "import json, sys; print(' '.join(map(str, json.load(sys.stdin)['tokens'])))")
+  got=$("${peer[@]}" generate "$file" "$prompt" 32)
+  [[ "$got" == "$want" ]] && echo "32 tokens: $got" || { echo "llama.cpp '$got' vs pare '$want'"; return 1; }
+}
+check "llama.cpp generates as pare (llama f32)" generate "$tmp/llama.f32.gguf"
+
+"${peer[@]}" make "$tmp/hf" "$tmp/tokenizer.json" >"$tmp/cases.txt" 2>/dev/null
+while read -r name dir <&3; do
+  for type in f32 q8_0; do
+    file=$tmp/$name.$type.gguf
+    check "export $name $type" "$PARE" export "hf:$dir" --target gguf --type "$type" --out "$file"
+    check "gguf-py reads $name $type" "${peer[@]}" tensors "$file" "$dir"
+  done
+  mkdir -p "$tmp/cmp-$name"
+  check "llama.cpp runs $name f32" compare "$tmp/$name.f32.gguf" f32
+  check "llama.cpp generates as pare ($name f32)" generate "$tmp/$name.f32.gguf"
+done 3<"$tmp/cases.txt"
+
+refused() {  # NAME REGEX ARGS...: pare export exits 2, says REGEX, writes nothing
+  local name=$1 regex=$2 rc=0
+  shift 2
+  "$PARE" export "$@" --out "$tmp/bad.gguf" >/dev/null 2>"$tmp/err.txt" || rc=$?
+  if ((rc == 2)) && grep -qE -- "$regex" "$tmp/err.txt" && [[ ! -e "$tmp/bad.gguf" ]]; then
+    echo "ok   refused $name: $(head -c 300 "$tmp/err.txt")"
+  else echo "FAIL refused $name: exit $rc, $(head -c 500 "$tmp/err.txt")"; failures+=("refused $name"); fi
+}
+refused "q4_k rows of 64" "blk\.0\.attn_q\.weight.*not a multiple of Q4_K's block of 256|rows of 64 values" \
+  "hf:$tmp/hf/qwen2" --target gguf --type q4_k
+cp -r "$tmp/hf/qwen2" "$tmp/no-tokenizer" && rm "$tmp/no-tokenizer/tokenizer.json"
+refused "no tokenizer" "no tokenizer" "hf:$tmp/no-tokenizer" --target gguf
+cp -r "$tmp/hf/llama_tied" "$tmp/llama3-rope"
+"$PY" - "$tmp/llama3-rope/config.json" <<'PYEOF'
+import json, sys
+p = sys.argv[1]; c = json.load(open(p))
+c["rope_parameters"] = {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
+                        "high_freq_factor": 4.0, "original_max_position_embeddings": 32}
+json.dump(c, open(p, "w"))
+PYEOF
+refused "llama3 rope scaling" "RoPE scaling" "hf:$tmp/llama3-rope" --target gguf
+refused "--type with --target onnx" "--type applies to --target gguf" mlp:784-16-10 --target onnx --type q8_0
+
+if ((${#failures[@]})); then echo "FAILED: ${failures[*]}"; exit 1; fi
+echo "all passed"
