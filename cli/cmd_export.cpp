@@ -1,6 +1,6 @@
 // pare export MODEL --target onnx|rt --out FILE [--sparse auto|on|off] [--metadata KEY=VALUE ...] [--json]
 // pare export LM --target hf --out DIR [--max-shard-size 2GB] [--metadata KEY=VALUE ...] [--json]
-// pare export LM --target gguf --out FILE [--type f16|f32|bf16|q8_0|q4_0|q4_k] [--metadata KEY=VALUE ...] [--json]
+// pare export LM --target gguf --out FILE [--type f16|f32|bf16|q8_0|q5_0|q4_0|q4_k] [--metadata KEY=VALUE ...] [--json]
 #include <iostream>
 
 #include "cli/commands.h"
@@ -101,9 +101,10 @@ void add_export(CLI::App& app, Action& action) {
       "then swapped in), and an existing OUT must be a checkpoint or empty. --target gguf (language models "
       "with a byte-level BPE tokenizer): one GGUF v3 file as llama.cpp's convert_hf_to_gguf.py writes it (llama, "
       "qwen2, qwen3, gpt2; Mistral as llama): llama.cpp's metadata and tensor names, the tokenizer, matrices in "
-      "--type, norms and biases in F32. Bytes per weight: f32 4, f16 and bf16 2, q8_0 1.0625 (34 per 32), q4_0 "
-      "0.5625 (18 per 32), q4_k 0.5625 (144 per 256); quantized rows must hold whole blocks (32 values, 256 for "
-      "q4_k), else the command exits 2 naming the tensor. Quantization is ggml's reference rounding (round to "
+      "--type, norms and biases in F32. Bytes per weight: f32 4, f16 and bf16 2, q8_0 1.0625 (34 per 32), q5_0 "
+      "0.6875 (22 per 32), q4_0 0.5625 (18 per 32), q4_k 0.5625 (144 per 256); q4_k matrices whose rows are not a "
+      "multiple of 256 are written q5_0, as llama-quantize falls back; quantized rows must hold whole blocks of 32, "
+      "else the command exits 2 naming the tensor. Quantization is ggml's reference rounding (round to "
       "nearest, as llama-quantize without an importance matrix).\n");
   auto a = std::make_shared<ExportArgs>();
   cmd->add_option("model", a->model,
@@ -125,8 +126,8 @@ void add_export(CLI::App& app, Action& action) {
                   "transformers spells it: 2GB (default), 500MB, 100KiB, or bytes; 0 never shards");
   cmd->add_option("--type", a->type,
                   "--target gguf: the matrices' ggml type: f16 (default, as convert_hf_to_gguf.py), f32, bf16, q8_0, "
-                  "q4_0, q4_k")
-      ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0", "q4_k"}));
+                  "q5_0, q4_0, q4_k")
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q5_0", "q4_0", "q4_k"}));
   cmd->add_option("--metadata", a->metadata, "KEY=VALUE: one more metadata_props entry (--target hf: safetensors __metadata__ entry; gguf: a string "
                   "key such as general.name; repeat the option for more)")
       ->allow_extra_args(false);

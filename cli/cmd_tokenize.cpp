@@ -1,4 +1,4 @@
-// pare tokenize TOKENIZER_JSON [--text S] [--decode] [--no-special] [--json]
+// pare tokenize TOKENIZER_JSON|LM [--text S] [--decode] [--no-special] [--json]
 #include <cerrno>
 #include <cstdlib>
 #include <iostream>
@@ -8,6 +8,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "lm/model.h"
 #include "lm/tokenizer.h"
 
 namespace pare::cli {
@@ -55,8 +56,17 @@ void print_ids(const std::vector<int32_t>& ids, bool json, std::ostream& out) {
   out << "\n";
 }
 
+// A tokenizer.json, or the tokenizer of a language model (hf:DIR, gguf:FILE: the one in its metadata).
+std::shared_ptr<const lm::Tokenizer> load_tokenizer(const std::string& spec) {
+  if (!lm::is_lm_spec(spec)) return std::make_shared<const lm::Tokenizer>(lm::Tokenizer::from_file(spec));
+  std::shared_ptr<const lm::Tokenizer> tok = lm::load_lm(spec).tok;
+  PARE_CHECK(tok != nullptr, spec, ": the model has no tokenizer");
+  return tok;
+}
+
 void tokenize(const TokenizeOptions& o) {
-  const lm::Tokenizer tok = lm::Tokenizer::from_file(o.tokenizer);
+  const std::shared_ptr<const lm::Tokenizer> loaded = load_tokenizer(o.tokenizer);
+  const lm::Tokenizer& tok = *loaded;
   std::vector<std::string> lines;
   if (o.text_given) {
     lines.push_back(o.text);
@@ -79,9 +89,11 @@ void tokenize(const TokenizeOptions& o) {
 }  // namespace
 
 void add_tokenize(CLI::App& app, Action& action) {
-  auto* cmd = app.add_subcommand("tokenize", "Text to token ids (or back) with a Hugging Face tokenizer.json");
+  auto* cmd = app.add_subcommand("tokenize", "Text to token ids (or back) with a Hugging Face tokenizer.json or a language model's tokenizer");
   auto o = std::make_shared<TokenizeOptions>();
-  cmd->add_option("tokenizer", o->tokenizer, "tokenizer.json (byte-level BPE or SentencePiece-style BPE)")->required();
+  cmd->add_option("tokenizer", o->tokenizer,
+                  "tokenizer.json (byte-level BPE or SentencePiece-style BPE), or a language model whose tokenizer "
+                  "to use (hf:DIR, gguf:FILE: the one in its metadata)")->required();
   auto* text = cmd->add_option("--text", o->text, "The text to encode (or ids to decode); default: each line of stdin");
   cmd->add_flag("--decode", o->decode, "Read token ids (a JSON array per line with --json) and print their text");
   cmd->add_flag("--no-special", o->no_special,

@@ -219,7 +219,7 @@ void dequant_f32(const uint8_t* src, float* dst, int64_t n) { std::memcpy(dst, s
 // ---------------------------------------------------------------------------------------------
 // Quantization, the other way: `n` blocks of fp32 from `src` to ggml blocks at `dst`, as
 // ggml-quants.c's quantize_row_*_ref does it (gguf-py's quants.py agrees bit for bit for the types it
-// quantizes: F16 BF16 Q8_0 Q4_0). Scales are rounded to fp16 as ggml does (nearest even).
+// quantizes: F16 BF16 Q8_0 Q5_0 Q4_0). Scales are rounded to fp16 as ggml does (nearest even).
 
 using Quant = void (*)(const float* src, uint8_t* dst, int64_t n);
 
@@ -256,16 +256,21 @@ void quant_q8_0(const float* src, uint8_t* dst, int64_t n) {
   }
 }
 
-// The element of largest magnitude (the first of equals) with its sign sets the scale: it becomes -8.
+// The element of a block of 32 with the largest magnitude (the first of equals), with its sign.
+float signed_max(const float* src) {
+  float amax = 0.0f, max = 0.0f;
+  for (int j = 0; j < 32; ++j)
+    if (amax < std::fabs(src[j])) {
+      amax = std::fabs(src[j]);
+      max = src[j];
+    }
+  return max;
+}
+
+// The element of largest magnitude sets the scale: it becomes -8.
 void quant_q4_0(const float* src, uint8_t* dst, int64_t n) {
   for (int64_t b = 0; b < n; ++b, src += 32, dst += 18) {
-    float amax = 0.0f, max = 0.0f;
-    for (int j = 0; j < 32; ++j)
-      if (amax < std::fabs(src[j])) {
-        amax = std::fabs(src[j]);
-        max = src[j];
-      }
-    const float d = max / -8;
+    const float d = signed_max(src) / -8;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     put_half(dst, d);
     for (int j = 0; j < 16; ++j) {
@@ -273,6 +278,25 @@ void quant_q4_0(const float* src, uint8_t* dst, int64_t n) {
       const int x1 = std::min(15, static_cast<int>(static_cast<int8_t>(src[j + 16] * id + 8.5f)));
       dst[2 + j] = static_cast<uint8_t>(x0 | (x1 << 4));
     }
+  }
+}
+
+// Q5_0: as Q4_0 with 16 levels either side (the largest magnitude becomes -16); the fifth bit of
+// element j is bit j of qh.
+void quant_q5_0(const float* src, uint8_t* dst, int64_t n) {
+  for (int64_t b = 0; b < n; ++b, src += 32, dst += 22) {
+    const float d = signed_max(src) / -16;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    put_half(dst, d);
+    uint32_t qh = 0;
+    for (int j = 0; j < 16; ++j) {
+      const int x0 = std::min(31, static_cast<int>(static_cast<int8_t>(src[j] * id + 16.5f)));
+      const int x1 = std::min(31, static_cast<int>(static_cast<int8_t>(src[j + 16] * id + 16.5f)));
+      dst[6 + j] = static_cast<uint8_t>((x0 & 0x0F) | ((x1 & 0x0F) << 4));
+      qh |= static_cast<uint32_t>((x0 & 0x10) >> 4) << j;
+      qh |= static_cast<uint32_t>((x1 & 0x10) >> 4) << (j + 16);
+    }
+    std::memcpy(dst + 2, &qh, 4);
   }
 }
 
@@ -401,7 +425,7 @@ struct TypeTraits {
 constexpr TypeTraits kTypes[] = {
     {0, "F32", 1, 4, dequant_f32, quant_f32}, {1, "F16", 1, 2, dequant_f16, quant_f16},
     {2, "Q4_0", 32, 18, dequant_q4_0, quant_q4_0},       {3, "Q4_1", 32, 20, dequant_q4_1},
-    {6, "Q5_0", 32, 22, dequant_q5<false>},  {7, "Q5_1", 32, 24, dequant_q5<true>},
+    {6, "Q5_0", 32, 22, dequant_q5<false>, quant_q5_0},  {7, "Q5_1", 32, 24, dequant_q5<true>},
     {8, "Q8_0", 32, 34, dequant_q8_0, quant_q8_0},       {9, "Q8_1", 32, 40, nullptr},
     {10, "Q2_K", 256, 84, dequant_q2_k},     {11, "Q3_K", 256, 110, nullptr},
     {12, "Q4_K", 256, 144, dequant_q45_k<false>, quant_q4_k}, {13, "Q5_K", 256, 176, dequant_q45_k<true>},

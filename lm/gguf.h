@@ -47,7 +47,7 @@ std::string ggml_type_name(uint32_t type);
 /// True if GgufFile::tensor() dequantizes tensors of this type: F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1
 /// Q8_0 Q2_K Q4_K Q5_K Q6_K Q8_K.
 bool ggml_type_dequantizable(uint32_t type);
-/// True if ggml_quantize writes tensors of this type: F32 F16 BF16 Q8_0 Q4_0 Q4_K.
+/// True if ggml_quantize writes tensors of this type: F32 F16 BF16 Q8_0 Q5_0 Q4_0 Q4_K.
 bool ggml_type_quantizable(uint32_t type);
 /// Elements in one block of the type (1 for F32, F16, BF16; 32 for Q8_0, Q4_0; 256 for Q4_K), and
 /// its bytes; 0 for a number ggml does not define.
@@ -55,7 +55,7 @@ int64_t ggml_block_size(uint32_t type);
 int64_t ggml_block_bytes(uint32_t type);
 /// `values` (fp32; rows of the last dimension) as the type's bytes, as ggml-quants.c's
 /// quantize_row_*_ref writes them: bit for bit what gguf-py's gguf.quants.quantize gives for F16 BF16
-/// Q8_0 Q4_0 (Q4_K: ggml's reference algorithm, ported with its float operations in order). Throws
+/// Q8_0 Q5_0 Q4_0 (Q4_K: ggml's reference algorithm, ported with its float operations in order). Throws
 /// InputError naming `what` when the last dimension is not a multiple of the block or the type is
 /// not quantizable.
 std::string ggml_quantize(const at::Tensor& values, uint32_t type, const std::string& what);

@@ -21,7 +21,8 @@ struct TypeRow {
 };
 constexpr TypeRow kTypeRows[] = {{"f32", GgmlType::kF32, 0},   {"f16", GgmlType::kF16, 1},
                                  {"bf16", GgmlType::kBF16, 32}, {"q8_0", GgmlType::kQ8_0, 7},
-                                 {"q4_0", GgmlType::kQ4_0, 2},  {"q4_k", GgmlType::kQ4_K, 14}};
+                                 {"q5_0", GgmlType::kQ5_0, 8},  {"q4_0", GgmlType::kQ4_0, 2},
+                                 {"q4_k", GgmlType::kQ4_K, 14}};
 
 const TypeRow& row_of(GgmlType t) {
   for (const TypeRow& r : kTypeRows)
@@ -149,6 +150,15 @@ std::string stem_of(const std::string& path) {
   return dot != std::string::npos && dot > 0 ? base.substr(0, dot) : base;
 }
 
+// The type a tensor is written in: 1-D ones (norms, biases) in F32; matrices in `type`, but for Q4_K
+// a matrix whose rows are not whole 256-value super-blocks in Q5_0, llama-quantize's fallback
+// (llama-quant.cpp's tensor_type_fallback; SmolLM2's rows of 576 are such).
+GgmlType type_of(const at::Tensor& t, GgmlType type) {
+  if (t.dim() < 2) return GgmlType::kF32;
+  if (type == GgmlType::kQ4_K && t.size(-1) % 256 != 0) return GgmlType::kQ5_0;
+  return type;
+}
+
 }  // namespace
 
 GgmlType parse_gguf_type(const std::string& s) {
@@ -193,7 +203,8 @@ GgufExportResult save_gguf(const LmModel& m, const std::string& path, const Gguf
     PARE_CHECK(!name.empty(), what, ": tensor '", hf, "' has no GGUF name");
     const at::Tensor t = gguf_layout(c, name, tensor);
     PARE_CHECK(at::isfinite(t).all().item<bool>(), what, ": tensor '", hf, "' holds values that are not finite");
-    const GgmlType tt = t.dim() >= 2 ? opts.type_ : GgmlType::kF32;
+    const GgmlType tt = type_of(t, opts.type_);
+    if (tt != opts.type_ && t.dim() >= 2) ++r.fallbacks;
     const std::string qwhat = what + ": tensor '" + name + "' (" + hf + ", shape " + c10::str(t.sizes()) + ")";
     w.add_tensor(name, t.sizes().vec(), static_cast<uint32_t>(tt), ggml_quantize(t, static_cast<uint32_t>(tt), qwhat));
     ++r.tensors[ggml_type_name(static_cast<uint32_t>(tt))];
@@ -204,16 +215,21 @@ GgufExportResult save_gguf(const LmModel& m, const std::string& path, const Gguf
 
 nlohmann::json to_json(const GgufExportResult& r) {
   return {{"path", r.path}, {"architecture", r.arch}, {"type", ggml_type_name(static_cast<uint32_t>(r.type))},
-          {"tensors", r.tensors}, {"bytes", r.bytes}, {"tokenizer_pre", r.tokenizer_pre}, {"vocab", r.vocab},
+          {"tensors", r.tensors}, {"fallbacks", r.fallbacks}, {"bytes", r.bytes}, {"tokenizer_pre", r.tokenizer_pre}, {"vocab", r.vocab},
           {"parameters", r.config.parameter_count()}};
 }
 
 std::string to_text(const GgufExportResult& r) {
   std::string types;
   for (const auto& [type, n] : r.tensors) types += std::string(types.empty() ? "" : ", ") + std::to_string(n) + " " + type;
-  return "wrote " + r.path + ": " + r.arch + ", " + ggml_type_name(static_cast<uint32_t>(r.type)) + ", " +
-         std::to_string(r.config.parameter_count()) + " parameters, tensors " + types + ", " + std::to_string(r.bytes) +
-         " bytes; tokenizer gpt2 (pre " + r.tokenizer_pre + "), " + std::to_string(r.vocab) + " tokens\n";
+  std::string out = "wrote " + r.path + ": " + r.arch + ", " + ggml_type_name(static_cast<uint32_t>(r.type)) + ", " +
+                    std::to_string(r.config.parameter_count()) + " parameters, tensors " + types + ", " +
+                    std::to_string(r.bytes) + " bytes; tokenizer gpt2 (pre " + r.tokenizer_pre + "), " +
+                    std::to_string(r.vocab) + " tokens\n";
+  if (r.fallbacks > 0)
+    out += "  " + std::to_string(r.fallbacks) + " matrices whose rows are not a multiple of 256 are Q5_0, as llama-quantize "
+           "falls back for Q4_K\n";
+  return out;
 }
 
 }  // namespace pare::lm

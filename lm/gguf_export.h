@@ -24,7 +24,8 @@ namespace pare::lm {
 
 /// Options of save_gguf.
 struct GgufExportOptions {
-  /// The ggml type of the matrices (F32, F16, BF16, Q8_0, Q4_0, Q4_K); 1-D tensors stay F32.
+  /// The ggml type of the matrices (F32, F16, BF16, Q8_0, Q5_0, Q4_0, Q4_K); 1-D tensors stay F32,
+  /// and for Q4_K a matrix whose rows are not a multiple of 256 is Q5_0 (llama-quantize's fallback).
   GgufExportOptions& type(GgmlType v) { type_ = v; return *this; }
   /// One more metadata string (general.name, general.license, ...; an `{arch}.` or tokenizer key
   /// pare writes itself is refused).
@@ -44,19 +45,21 @@ struct GgufExportResult {
   std::string arch;                         ///< general.architecture
   GgmlType type = GgmlType::kF16;           ///< the matrices' type
   std::map<std::string, int64_t> tensors;   ///< tensors per ggml type name
+  int64_t fallbacks = 0;                    ///< Q4_K matrices written as Q5_0 (rows not a multiple of 256)
   uint64_t bytes = 0;                       ///< the file's size
   std::string tokenizer_pre;                ///< tokenizer.ggml.pre
   int64_t vocab = 0;                        ///< tokenizer.ggml.tokens' length
 };
 
-/// The ggml type `--type` names: f32, f16, bf16, q8_0, q4_0, q4_k. Throws InputError otherwise.
+/// The ggml type `--type` names: f32, f16, bf16, q8_0, q5_0, q4_0, q4_k. Throws InputError otherwise.
 GgmlType parse_gguf_type(const std::string& s);
 
 /// Writes `m` as the GGUF v3 file `path`, atomically. Throws InputError, writing nothing, naming the
 /// tensor or the setting: a model without a tokenizer, a tokenizer llama.cpp's byte-level BPE cannot
 /// express (SentencePiece-style vocabularies are not written yet), RoPE scaling (llama.cpp keeps it
 /// as a rope_freqs tensor, not written yet), a matrix whose rows are not a multiple of the type's
-/// block (32 values; 256 for Q4_K), a weight that is not finite, and hf_tensors' refusals.
+/// block (32 values; for Q4_K, Q5_0's 32 when not 256), a weight that is not finite, and hf_tensors'
+/// refusals.
 GgufExportResult save_gguf(const LmModel& m, const std::string& path, const GgufExportOptions& opts = {});
 
 /// The result as `pare export --target gguf --json` prints it.

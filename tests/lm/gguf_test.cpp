@@ -495,18 +495,21 @@ TEST(GgmlQuantize, GivesTheBlocksGgmlDoes) {
 TEST(GgmlQuantize, RoundTripsThroughTheReaderWithinEachFormatsStep) {
   at::manual_seed(11);
   const at::Tensor x = at::randn({8, 512});
-  double error[3];
+  double error[4];
   int k = 0;
-  for (const GgmlType t : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_K}) {
+  for (const GgmlType t : {GgmlType::kQ8_0, GgmlType::kQ5_0, GgmlType::kQ4_K, GgmlType::kQ4_0}) {
     GgufWriter w;
     w.add_tensor("x", {8, 512}, static_cast<uint32_t>(t), ggml_quantize(x, static_cast<uint32_t>(t), "x"));
     const at::Tensor back = parse(w.bytes()).tensor("x");
     error[k++] = (back - x).abs().mean().item<double>();
   }
-  // Gaussian weights: Q8_0 about 0.25% of the spread, Q4_K (a min and 6-bit sub-block scales) below Q4_0.
+  // Gaussian weights: Q8_0 about 0.25% of the spread; then Q5_0, Q4_K (a min and 6-bit sub-block
+  // scales), Q4_0.
   EXPECT_LT(error[0], 0.01);
-  EXPECT_LT(error[2], error[1]);
-  EXPECT_LT(error[1], 0.15);
+  EXPECT_LT(error[0], error[1]);
+  EXPECT_LT(error[1], error[2]);
+  EXPECT_LT(error[2], error[3]);
+  EXPECT_LT(error[3], 0.15);
 }
 
 TEST(GgmlQuantize, RefusesRowsThatDoNotFillBlocksAndTypesItDoesNotWrite) {

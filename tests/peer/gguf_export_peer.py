@@ -10,7 +10,7 @@ files `pare export --target gguf` writes.
         folder's config.json and tokenizer.json say, and every tensor must be the checkpoint's tensor
         under gguf-py's own name map (gguf.get_tensor_name_map), in the layout of llama.cpp's
         convert_hf_to_gguf.py (Llama's q/k rows permuted, GPT-2's Conv1D weights transposed), stored
-        as gguf.quants.quantize stores it, bit for bit (F32 F16 BF16 Q8_0 Q4_0); Q4_K, which gguf-py
+        as gguf.quants.quantize stores it, bit for bit (F32 F16 BF16 Q8_0 Q5_0 Q4_0); Q4_K, which gguf-py
         only dequantizes, as ggml's own quantize_row_q4_K_ref (ggml_quantize_chunk, called in
         llama.cpp's libggml-base through ctypes) stores it, bit for bit.
     python gguf_export_peer.py run FILE IDS_NPY OUT_DIR
@@ -177,7 +177,7 @@ def tensors(path, hf_dir):
         if not np.array_equal(stored, np.asarray(want).view(np.uint8).reshape(-1)):
             failures.append(f"{gname} ({qtype.name}): bytes differ from gguf-py's/ggml's quantization")
         deq = gguf.quants.dequantize(np.asarray(t.data), qtype).reshape(arr.shape)
-        if qtype in (Q.Q8_0, Q.Q4_0, Q.Q4_K) and not np.allclose(deq, arr, atol=np.abs(arr).max() / 4):
+        if qtype in (Q.Q8_0, Q.Q5_0, Q.Q4_0, Q.Q4_K) and not np.allclose(deq, arr, atol=np.abs(arr).max() / 4):
             failures.append(f"{gname}: dequantized values far from the weights")
     extra = set(got) - seen
     if extra and not (extra == {"output.weight"} and cfg.get("tie_word_embeddings")):

