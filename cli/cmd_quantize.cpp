@@ -3,6 +3,10 @@
 // pare quantize MODEL --calib D --qat [--teacher T] [--epochs N --lr LR ...] --out model.int8.onnx
 // pare quantize MODEL --dynamic [--per-tensor] --out model.int8.onnx
 // pare quantize MODEL --weight-only int4 [--group 32] --out model.int4.onnx
+// pare quantize LM --weight-only int4|int8 [--group 32] [--method gptq|rtn] --calib text:FILE
+//               [--calib-samples N] [--seq-len S] [--damp D] --out FILE.gguf|DIR
+#include <ATen/CPUGeneratorImpl.h>
+
 #include <cstdio>
 #include <iostream>
 
@@ -16,6 +20,10 @@
 #include "core/onnx_io.h"
 #include "quantize/dynamic.h"
 #include "quantize/ptq.h"
+#include "lm/data.h"
+#include "lm/gguf_export.h"
+#include "lm/hf_export.h"
+#include "lm/weight_quant.h"
 #include "quantize/weight_only.h"
 
 namespace pare::cli {
@@ -25,7 +33,10 @@ namespace {
 struct QuantizeOpts {
   std::string model, calib, calib_split = "train", method = "minmax", activations = "uint8";
   std::string normalize, out, report, weight_only;
-  int64_t calib_samples = 512, batch_size = 256, group = 32;
+  int64_t calib_samples = 512, batch_size = 256, group = 32, seq_len = 512;
+  double damp = 0.01;
+  bool sequential = false;
+  bool method_given = false, samples_given = false;  // a language model's defaults differ
   uint64_t seed = 0;
   double percentile = 99.99;
   bool per_channel = false, per_tensor = false, keep_first = false, keep_last = false;
@@ -121,6 +132,48 @@ void run_weight_only(const QuantizeOpts& o) {
   core::save_onnx(r.graph, o.out);
   std::cout << r.to_text();
   if (!o.quiet) std::fprintf(stderr, "wrote %s\n", o.out.c_str());
+}
+
+// A language model: RTN or GPTQ of its linear weights calibrated on text (lm/weight_quant.h), written
+// as a GGUF file (group 32: the codes as Q4_0/Q8_0 blocks, unchanged) or a Hugging Face folder.
+void run_quantize_lm(const QuantizeOpts& o) {
+  PARE_CHECK(!o.qat && !o.dynamic, "--qat and --dynamic take ONNX models; a language model takes --weight-only "
+             "int4|int8 with --method rtn|gptq");
+  PARE_CHECK(o.weight_only == "int4" || o.weight_only == "int8", "a language model is quantized with --weight-only "
+             "int4 or int8 (its linear weights; activations stay fp32)", o.weight_only.empty() ? "" : ", not '" + o.weight_only + "'");
+  PARE_CHECK(!o.calib.empty(), "--calib text:FILE (or jsonl:FILE) is the calibration text GPTQ needs (RTN too, for "
+             "its report)");
+  lm::LmModel m = lm::load_lm(o.model);
+  PARE_CHECK(m.tok != nullptr, o.model, ": the model has no tokenizer to read the calibration text with");
+  const bool gguf = o.out.size() > 5 && o.out.compare(o.out.size() - 5, 5, ".gguf") == 0;
+  PARE_CHECK(!gguf || o.group == 32, "--out ", o.out, ": a GGUF file holds int4 and int8 in blocks of 32 (Q4_0, Q8_0), "
+             "so --group ", o.group, " is written as a Hugging Face folder (give --out DIR)");
+  lm::LmQuantOptions q;
+  q.bits = o.weight_only == "int4" ? 4 : 8;
+  q.group = o.group;
+  q.method = o.method_given ? o.method : "gptq";
+  q.gptq.damp = o.damp;
+  q.sequential = o.sequential;
+  const int64_t seq = std::min(o.seq_len, m.config.max_positions);
+  const std::vector<int64_t> stream = lm::cached_tokens(*m.tok, o.calib, o.calib_split);
+  at::Tensor windows = lm::token_windows(stream, seq, o.calib).x;
+  const int64_t n = std::min<int64_t>(o.samples_given ? o.calib_samples : 32, windows.size(0));
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(o.seed);
+  windows = windows.index_select(0, at::randperm(windows.size(0), gen).narrow(0, 0, n));
+  if (!o.quiet)
+    std::fprintf(stderr, "calibrating on %lld windows of %lld tokens of %s\n", static_cast<long long>(n),
+                 static_cast<long long>(seq), o.calib.c_str());
+  const lm::LmQuantResult r = lm::quantize_weights(m, windows, q, [&](int done, int total, const std::string& name) {
+    if (!o.quiet) std::fprintf(stderr, "\r%s %d/%d %s   ", q.method.c_str(), done, total, name.c_str());
+  });
+  if (!o.quiet) std::fprintf(stderr, "\n");
+  if (!o.report.empty()) write_file_atomic(o.report, to_json(r).dump(2) + "\n");
+  auto print = [&](const auto& written) {
+    if (o.json) std::cout << nlohmann::json{{"quantization", to_json(r)}, {"written", to_json(written)}}.dump(2) << "\n";
+    else std::cout << to_text(r) << to_text(written);
+  };
+  if (gguf) print(lm::save_gguf(m, o.out, lm::GgufExportOptions().type(r.type).blocks(r.blocks)));
+  else print(lm::save_hf(m, o.out));
 }
 
 // The static quantization options from the flags.
@@ -221,23 +274,32 @@ void add_quantize(CLI::App& app, Action& action) {
       "first (with a --teacher: QAT with distillation); --dynamic and --weight-only int4 need no "
       "calibration");
   auto o = std::make_shared<QuantizeOpts>();
-  cmd->add_option("model", o->model, "fp32 ONNX file or zoo spec")->required();
-  cmd->add_option("--calib,-c", o->calib,
-                  "Calibration data: fashion-mnist[:DIR], npy:X.npy,Y.npy or npy:X.npy (inputs only; required unless --weight-only)");
+  cmd->add_option("model", o->model, "fp32 ONNX file or zoo spec, or a language model (hf:DIR, gguf:FILE)")->required();
+  cmd->add_option("--calib,-c,--calib-data", o->calib,
+                  "Calibration data: fashion-mnist[:DIR], npy:X.npy,Y.npy or npy:X.npy (inputs only; required unless "
+                  "--weight-only); for a language model text:FILE or jsonl:FILE[:FIELD]");
   cmd->add_option("--weight-only", o->weight_only,
                   "int4: block-wise 4-bit weights for MatMul/Gemm (ONNX Runtime's MatMulNBits), "
-                  "activations fp32, no calibration");
+                  "activations fp32, no calibration; a language model: int4 or int8, with --method rtn|gptq");
   cmd->add_option("--group", o->group, "--weight-only: weights per scale along K (16, 32, 64, 128, ...)")
       ->capture_default_str();
   cmd->add_option("--calib-split", o->calib_split, "Split the calibration samples come from")
       ->capture_default_str();
-  cmd->add_option("--calib-samples", o->calib_samples,
-                  "Calibration samples, drawn at random (seeded) from the split")
+  auto* samples = cmd->add_option("--calib-samples", o->calib_samples,
+                                  "Calibration samples, drawn at random (seeded) from the split (a language model: "
+                                  "windows of --seq-len tokens, default 32)")
       ->capture_default_str();
+  cmd->add_option("--seq-len", o->seq_len, "A language model's calibration window, in tokens (at most its context)")
+      ->capture_default_str();
+  cmd->add_option("--damp", o->damp, "GPTQ: added to the Hessian's diagonal, times its mean")->capture_default_str();
+  cmd->add_flag("--sequential", o->sequential,
+                "A language model: each decoder layer calibrated on the model whose earlier layers are quantized "
+                "already (a pass per layer) instead of all from one pass");
   cmd->add_option("--seed", o->seed, "Seed for drawing the calibration samples")->capture_default_str();
-  cmd->add_option("--method", o->method,
-                  "Activation range calibration: minmax, percentile, entropy (KL) or mse")
-      ->capture_default_str();
+  auto* method = cmd->add_option("--method", o->method,
+                                 "Activation range calibration: minmax, percentile, entropy (KL) or mse; a language "
+                                 "model's weights: gptq (default) or rtn (round to nearest)")
+                     ->capture_default_str();
   cmd->add_option("--percentile", o->percentile, "--method percentile: percentile of |x| kept")
       ->capture_default_str();
   cmd->add_option("--weight-bits", o->weight_bits,
@@ -266,7 +328,8 @@ void add_quantize(CLI::App& app, Action& action) {
   cmd->add_flag("--json", o->json, "Print the report as JSON on stdout instead of a table");
   cmd->add_option("--threads", o->threads, "Intra-op threads (0: libtorch's default)");
   cmd->add_flag("--quiet,-q", o->quiet, "No progress output");
-  cmd->add_option("--out,-o", o->out, "Where to write the quantized ONNX model")->required();
+  cmd->add_option("--out,-o", o->out, "Where to write the quantized ONNX model (a language model: FILE.gguf, or a "
+                  "Hugging Face folder of the quantized values)")->required();
   add_qat_options(cmd, *o, dyn);
   cmd->footer(
       "Weights: symmetric int8, per output channel unless --per-tensor; biases int32 (scale = "
@@ -279,10 +342,13 @@ void add_quantize(CLI::App& app, Action& action) {
       "Example: pare quantize cnn.onnx --calib fashion-mnist --method mse --out cnn.int8.onnx\n"
       "Example: pare quantize mlp.onnx --calib fashion-mnist --weight-bits 4 --per-tensor --qat "
       "--teacher cnn.onnx --epochs 2 --out mlp.w4.onnx");
-  cmd->callback([&action, o] {
+  cmd->callback([&action, o, method, samples] {
+    o->method_given = method->count() > 0;
+    o->samples_given = samples->count() > 0;
     action = [o] {
       train::set_threads(o->threads);
-      if (o->dynamic) run_dynamic(*o);
+      if (lm::is_lm_spec(o->model)) run_quantize_lm(*o);
+      else if (o->dynamic) run_dynamic(*o);
       else if (!o->weight_only.empty()) run_weight_only(*o);
       else run_static(*o);
     };

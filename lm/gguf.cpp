@@ -633,6 +633,42 @@ bool ggml_type_dequantizable(uint32_t type) {
   return t && t->dequant;
 }
 
+std::string ggml_pack(const at::Tensor& codes_in, const at::Tensor& scales_in, uint32_t type) {
+  const bool q4 = type == static_cast<uint32_t>(GgmlType::kQ4_0);
+  PARE_CHECK(q4 || type == static_cast<uint32_t>(GgmlType::kQ8_0), "ggml_pack writes Q4_0 and Q8_0, not ",
+             ggml_type_name(type));
+  const at::Tensor codes = codes_in.to(at::kInt).contiguous(), scales = scales_in.to(at::kFloat).contiguous();
+  const int64_t rows = codes.size(0), cols = codes.size(1), blocks = rows * cols / 32;
+  PARE_CHECK(cols % 32 == 0 && scales.numel() == blocks, "ggml_pack: codes ", c10::str(codes.sizes()),
+             " and scales ", c10::str(scales.sizes()), " do not make blocks of 32");
+  const int64_t bytes = q4 ? 18 : 34;
+  std::string out(static_cast<size_t>(blocks * bytes), '\0');
+  const int32_t* c = codes.data_ptr<int32_t>();
+  const float* d = scales.data_ptr<float>();
+  for (int64_t b = 0; b < blocks; ++b, c += 32) {
+    auto* dst = reinterpret_cast<uint8_t*>(out.data()) + b * bytes;
+    PARE_CHECK(static_cast<float>(c10::Half(d[b])) == d[b], "ggml_pack: scale ", d[b], " is not exact in fp16");
+    put_half(dst, d[b]);
+    for (int j = 0; j < (q4 ? 16 : 32); ++j) {
+      PARE_CHECK(q4 ? c[j] >= 0 && c[j] <= 15 && c[j + 16] >= 0 && c[j + 16] <= 15 : c[j] >= -127 && c[j] <= 127,
+                 "ggml_pack: a code out of ", ggml_type_name(type), "'s range");
+      dst[2 + j] = q4 ? static_cast<uint8_t>(c[j] | (c[j + 16] << 4)) : static_cast<uint8_t>(static_cast<int8_t>(c[j]));
+    }
+  }
+  return out;
+}
+
+at::Tensor ggml_dequantize(const std::string& bytes, uint32_t type, const std::vector<int64_t>& shape) {
+  const TypeTraits* t = find_type(type);
+  PARE_CHECK(t && t->dequant, "pare does not dequantize ggml type ", ggml_type_name(type));
+  at::Tensor out = at::empty(shape, at::kFloat);
+  PARE_CHECK(out.numel() % t->block == 0 &&
+                 static_cast<int64_t>(bytes.size()) == out.numel() / t->block * t->bytes,
+             bytes.size(), " bytes are not ", c10::str(out.sizes()), " in ", t->name);
+  t->dequant(reinterpret_cast<const uint8_t*>(bytes.data()), out.data_ptr<float>(), out.numel() / t->block);
+  return out;
+}
+
 bool ggml_type_quantizable(uint32_t type) {
   const TypeTraits* t = find_type(type);
   return t && t->quant;

@@ -59,6 +59,13 @@ int64_t ggml_block_bytes(uint32_t type);
 /// InputError naming `what` when the last dimension is not a multiple of the block or the type is
 /// not quantizable.
 std::string ggml_quantize(const at::Tensor& values, uint32_t type, const std::string& what);
+/// The blocks of Q4_0 or Q8_0 from codes already chosen (GPTQ's on the format's grid): `codes` int
+/// [rows, cols] (Q4_0: 0..15 standing for (code - 8) * scale; Q8_0: -127..127 for code * scale) and
+/// `scales` float [rows, cols / 32], each exact in fp16. Nothing is rounded again.
+std::string ggml_pack(const at::Tensor& codes, const at::Tensor& scales, uint32_t type);
+/// The fp32 values of `bytes`, blocks of `type`, as `shape` (PyTorch order): what GgufFile::tensor
+/// gives for them.
+at::Tensor ggml_dequantize(const std::string& bytes, uint32_t type, const std::vector<int64_t>& shape);
 
 /// One metadata value: a scalar, a string, or an array of scalars or of strings (GGUF allows
 /// arrays of arrays; llama.cpp reads none and neither does pare).

@@ -49,6 +49,21 @@ at::Tensor gguf_layout(const LmConfig& c, const std::string& gguf, at::Tensor t)
   return t.to(at::kFloat).contiguous();
 }
 
+// Blocks quantized before (rows = output channels, as llama.cpp's layout has them) in llama.cpp's
+// row order: Llama's q/k rows permuted as gguf_layout permutes the values.
+std::string given_blocks(const LmConfig& c, const std::string& gguf, const at::Tensor& values, const std::string& bytes) {
+  const int64_t rows = values.size(0);
+  PARE_CHECK(values.dim() == 2 && static_cast<int64_t>(bytes.size()) % rows == 0, "tensor '", gguf, "': ", bytes.size(),
+             " bytes of given blocks for ", rows, " rows");
+  at::Tensor raw = at::from_blob(const_cast<char*>(bytes.data()), {rows, static_cast<int64_t>(bytes.size()) / rows},
+                                 at::kByte);
+  auto is = [&](const char* role) { return gguf.find(role) != std::string::npos; };
+  if (c.family->gguf_permutes_qk && is(".attn_q.")) raw = permute_qk(raw, c.heads);
+  else if (c.family->gguf_permutes_qk && is(".attn_k.")) raw = permute_qk(raw, c.kv_heads);
+  else return bytes;
+  return std::string(reinterpret_cast<const char*>(raw.data_ptr<uint8_t>()), bytes.size());
+}
+
 void write_config(GgufWriter& w, const LmConfig& c, const std::string& arch) {
   const std::string a = arch + ".";
   auto u32 = [&](const char* key, int64_t v) { w.set_u32(a + key, static_cast<uint32_t>(v)); };
@@ -206,7 +221,15 @@ GgufExportResult save_gguf(const LmModel& m, const std::string& path, const Gguf
     const GgmlType tt = type_of(t, opts.type_);
     if (tt != opts.type_ && t.dim() >= 2) ++r.fallbacks;
     const std::string qwhat = what + ": tensor '" + name + "' (" + hf + ", shape " + c10::str(t.sizes()) + ")";
-    w.add_tensor(name, t.sizes().vec(), static_cast<uint32_t>(tt), ggml_quantize(t, static_cast<uint32_t>(tt), qwhat));
+    auto given = opts.blocks_.find(hf);
+    if (given != opts.blocks_.end()) {
+      PARE_CHECK(tt == opts.type_, qwhat, ": its given blocks are ", ggml_type_name(static_cast<uint32_t>(opts.type_)),
+                 ", which its rows do not fit");
+      w.add_tensor(name, t.sizes().vec(), static_cast<uint32_t>(tt), given_blocks(c, name, t, given->second));
+      ++r.given;
+    } else {
+      w.add_tensor(name, t.sizes().vec(), static_cast<uint32_t>(tt), ggml_quantize(t, static_cast<uint32_t>(tt), qwhat));
+    }
     ++r.tensors[ggml_type_name(static_cast<uint32_t>(tt))];
   }
   r.bytes = w.write(path);
@@ -215,7 +238,7 @@ GgufExportResult save_gguf(const LmModel& m, const std::string& path, const Gguf
 
 nlohmann::json to_json(const GgufExportResult& r) {
   return {{"path", r.path}, {"architecture", r.arch}, {"type", ggml_type_name(static_cast<uint32_t>(r.type))},
-          {"tensors", r.tensors}, {"fallbacks", r.fallbacks}, {"bytes", r.bytes}, {"tokenizer_pre", r.tokenizer_pre}, {"vocab", r.vocab},
+          {"tensors", r.tensors}, {"fallbacks", r.fallbacks}, {"given", r.given}, {"bytes", r.bytes}, {"tokenizer_pre", r.tokenizer_pre}, {"vocab", r.vocab},
           {"parameters", r.config.parameter_count()}};
 }
 
@@ -226,6 +249,8 @@ std::string to_text(const GgufExportResult& r) {
                     std::to_string(r.config.parameter_count()) + " parameters, tensors " + types + ", " +
                     std::to_string(r.bytes) + " bytes; tokenizer gpt2 (pre " + r.tokenizer_pre + "), " +
                     std::to_string(r.vocab) + " tokens\n";
+  if (r.given > 0)
+    out += "  " + std::to_string(r.given) + " matrices written from their quantizer's blocks as they are\n";
   if (r.fallbacks > 0)
     out += "  " + std::to_string(r.fallbacks) + " matrices whose rows are not a multiple of 256 are Q5_0, as llama-quantize "
            "falls back for Q4_K\n";

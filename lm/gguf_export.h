@@ -34,8 +34,16 @@ struct GgufExportOptions {
     return *this;
   }
 
+  /// Blocks already quantized (lm/weight_quant.h's, by Hugging Face name; rows = output channels,
+  /// in --type): written as they are, with only llama.cpp's q/k row order applied, not rounded again.
+  GgufExportOptions& blocks(const std::map<std::string, std::string>& v) {
+    blocks_ = v;
+    return *this;
+  }
+
   GgmlType type_ = GgmlType::kF16;
   std::map<std::string, std::string> metadata_;
+  std::map<std::string, std::string> blocks_;
 };
 
 /// What save_gguf wrote.
@@ -46,6 +54,7 @@ struct GgufExportResult {
   GgmlType type = GgmlType::kF16;           ///< the matrices' type
   std::map<std::string, int64_t> tensors;   ///< tensors per ggml type name
   int64_t fallbacks = 0;                    ///< Q4_K matrices written as Q5_0 (rows not a multiple of 256)
+  int64_t given = 0;                        ///< matrices written from GgufExportOptions::blocks
   uint64_t bytes = 0;                       ///< the file's size
   std::string tokenizer_pre;                ///< tokenizer.ggml.pre
   int64_t vocab = 0;                        ///< tokenizer.ggml.tokens' length

@@ -160,8 +160,15 @@ class StagedCheckpoint {
   bool committed_ = false;
 };
 
-// The tokenizer files transformers' AutoTokenizer reads, beside the model's tokenizer.json.
-void copy_tokenizer_files(const std::string& tokenizer_json, const StagedCheckpoint& out) {
+// The tokenizer files transformers' AutoTokenizer reads, beside the model's tokenizer.json; a
+// tokenizer that has no file (a GGUF's, from its metadata) is written from memory.
+void copy_tokenizer_files(const LmModel& m, const StagedCheckpoint& out) {
+  const std::string& tokenizer_json = m.tokenizer;
+  if (tokenizer_json.empty() && m.tok) {
+    write_file_atomic(out.file("tokenizer.json"), lm::tokenizer_json(m.tok->model()));
+    write_file_atomic(out.file("tokenizer_config.json"), tokenizer_config_json(m.tok->model()));
+    return;
+  }
   if (tokenizer_json.empty()) return;
   write_file_atomic(out.file("tokenizer.json"), read_file(tokenizer_json));
   for (const char* name : {"tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"}) {
@@ -188,7 +195,7 @@ HfExportResult save_hf(const LmModel& m, const std::string& dir, const HfExportO
   const bool sharded = opts.max_shard_bytes_ > 0 && r.weight_bytes > opts.max_shard_bytes_;
   core::save_safetensors(tensors, staged.file(sharded ? "model.safetensors.index.json" : "model.safetensors"),
                          metadata, sharded ? opts.max_shard_bytes_ : 0);
-  copy_tokenizer_files(m.tokenizer, staged);
+  copy_tokenizer_files(m, staged);
   write_file_atomic(staged.file("config.json"), hf_config_json(r.config));
   r.files = staged.files();
   for (const auto& [name, bytes] : r.files)

@@ -165,5 +165,11 @@ uint32_t byte_to_unicode(uint8_t b);
 
 /// Parses a tokenizer.json's text into a TokenizerModel (what from_json_text builds from).
 TokenizerModel parse_tokenizer_json(const std::string& text, const std::string& source);
+/// The tokenizer.json of `m` (parse_tokenizer_json's inverse, which Hugging Face `tokenizers` reads
+/// too): for a tokenizer that came from a GGUF file's metadata, so a folder written from it has one.
+/// BOS/EOS added by add_bos/add_eos become the post-processor's template.
+std::string tokenizer_json(const TokenizerModel& m);
+/// The tokenizer_config.json transformers reads beside it: the BOS, EOS and pad tokens of `m`.
+std::string tokenizer_config_json(const TokenizerModel& m);
 
 }  // namespace pare::lm

@@ -295,6 +295,114 @@ TokenizerModel parse_tokenizer_json(const std::string& text, const std::string& 
   return m;
 }
 
+namespace {
+
+// A list of steps as tokenizers writes it: null, the one step, or a Sequence of them under `key`.
+json steps_json(const std::vector<json>& steps, const char* key) {
+  if (steps.empty()) return nullptr;
+  if (steps.size() == 1) return steps.front();
+  return {{"type", "Sequence"}, {key, steps}};
+}
+
+json normalizer_json(const NormalizerStep& n) {
+  if (n.kind == NormalizerStep::Kind::kPrepend) return {{"type", "Prepend"}, {"prepend", n.content}};
+  return {{"type", "Replace"}, {"pattern", {{"String", n.pattern}}}, {"content", n.content}};
+}
+
+json pre_tokenizer_json(const PreTokenizerStep& p) {
+  using Kind = PreTokenizerStep::Kind;
+  switch (p.kind) {
+    case Kind::kByteLevel:
+      return {{"type", "ByteLevel"}, {"add_prefix_space", p.add_prefix_space}, {"trim_offsets", true},
+              {"use_regex", p.use_regex}};
+    case Kind::kDigits: return {{"type", "Digits"}, {"individual_digits", p.individual_digits}};
+    case Kind::kMetaspace:
+      return {{"type", "Metaspace"}, {"replacement", p.replacement}, {"prepend_scheme", p.prepend_scheme},
+              {"split", p.split}};
+    default: {
+      const char* regex = p.kind == Kind::kSplitGpt2 ? kGpt2Pattern : p.kind == Kind::kSplitLlama3 ? kLlama3Pattern : kQwen2Pattern;
+      return {{"type", "Split"}, {"pattern", {{"Regex", regex}}}, {"behavior", "Isolated"}, {"invert", false}};
+    }
+  }
+}
+
+json decoder_json(const DecoderStep& d) {
+  using Kind = DecoderStep::Kind;
+  switch (d.kind) {
+    case Kind::kByteLevel:
+      return {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}};
+    case Kind::kReplace: return {{"type", "Replace"}, {"pattern", {{"String", d.pattern}}}, {"content", d.content}};
+    case Kind::kByteFallback: return {{"type", "ByteFallback"}};
+    case Kind::kFuse: return {{"type", "Fuse"}};
+    case Kind::kStrip: return {{"type", "Strip"}, {"content", d.content}, {"start", d.start}, {"stop", d.stop}};
+    default:
+      return {{"type", "Metaspace"}, {"replacement", d.replacement}, {"prepend_scheme", d.prepend_scheme}, {"split", true}};
+  }
+}
+
+// The token of `id`: the added token's content, else the vocabulary's.
+std::string token_of(const TokenizerModel& m, int32_t id) {
+  for (const AddedToken& a : m.added)
+    if (a.id == id) return a.content;
+  return id >= 0 && static_cast<size_t>(id) < m.vocab.size() ? m.vocab[id] : "";
+}
+
+// TemplateProcessing for one text: the prefix ids, sequence A, the suffix ids.
+json post_processor_json(const TokenizerModel& m) {
+  std::vector<int32_t> prefix = m.prefix, suffix = m.suffix;
+  if (prefix.empty() && suffix.empty()) {
+    if (m.add_bos && m.bos_id >= 0) prefix = {m.bos_id};
+    if (m.add_eos && m.eos_id >= 0) suffix = {m.eos_id};
+  }
+  if (prefix.empty() && suffix.empty()) return nullptr;
+  json single = json::array(), special = json::object();
+  auto add = [&](int32_t id) {
+    const std::string t = token_of(m, id);
+    single.push_back({{"SpecialToken", {{"id", t}, {"type_id", 0}}}});
+    special[t] = {{"id", t}, {"ids", {id}}, {"tokens", {t}}};
+  };
+  for (int32_t id : prefix) add(id);
+  single.push_back({{"Sequence", {{"id", "A"}, {"type_id", 0}}}});
+  for (int32_t id : suffix) add(id);
+  return {{"type", "TemplateProcessing"}, {"single", single}, {"pair", single}, {"special_tokens", special}};
+}
+
+}  // namespace
+
+std::string tokenizer_json(const TokenizerModel& m) {
+  std::vector<json> normalizers, pre, decoders;
+  for (const auto& n : m.normalizer) normalizers.push_back(normalizer_json(n));
+  for (const auto& p : m.pre_tokenizer) pre.push_back(pre_tokenizer_json(p));
+  for (const auto& d : m.decoder) decoders.push_back(decoder_json(d));
+  json vocab = json::object(), merges = json::array(), added = json::array();
+  for (size_t id = 0; id < m.vocab.size(); ++id)
+    if (!m.vocab[id].empty()) vocab[m.vocab[id]] = id;
+  for (const auto& [a, b] : m.merges) merges.push_back({a, b});
+  for (const AddedToken& a : m.added)
+    added.push_back({{"id", a.id}, {"content", a.content}, {"single_word", false}, {"lstrip", a.lstrip},
+                     {"rstrip", a.rstrip}, {"normalized", a.normalized}, {"special", a.special}});
+  const json model = {{"type", "BPE"}, {"dropout", nullptr},
+                      {"unk_token", m.unk_token.empty() ? json() : json(m.unk_token)},
+                      {"continuing_subword_prefix", nullptr}, {"end_of_word_suffix", nullptr},
+                      {"fuse_unk", m.fuse_unk}, {"byte_fallback", m.byte_fallback},
+                      {"ignore_merges", m.ignore_merges}, {"vocab", vocab}, {"merges", merges}};
+  const json j = {{"version", "1.0"}, {"truncation", nullptr}, {"padding", nullptr}, {"added_tokens", added},
+                  {"normalizer", steps_json(normalizers, "normalizers")},
+                  {"pre_tokenizer", steps_json(pre, "pretokenizers")}, {"post_processor", post_processor_json(m)},
+                  {"decoder", steps_json(decoders, "decoders")}, {"model", model}};
+  return j.dump(2) + "\n";
+}
+
+std::string tokenizer_config_json(const TokenizerModel& m) {
+  json j = {{"tokenizer_class", "PreTrainedTokenizerFast"}};
+  for (auto [key, id] : {std::pair<const char*, int32_t>{"bos_token", m.bos_id}, {"eos_token", m.eos_id},
+                         {"pad_token", m.pad_id}})
+    if (id >= 0) j[key] = token_of(m, id);
+  j["add_bos_token"] = m.add_bos;
+  j["add_eos_token"] = m.add_eos;
+  return j.dump(2) + "\n";
+}
+
 Tokenizer Tokenizer::from_json_text(const std::string& text, const std::string& source) {
   return Tokenizer(parse_tokenizer_json(text, source));
 }

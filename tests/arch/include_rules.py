@@ -10,7 +10,7 @@ The rules (who may include whom):
   train/           train, core, dist (the Trainer knows no teacher: distillation hands it a loss)
   engine/          engine, core, dist, and for the pare_rt engine export/rt_bridge.h and pare_rt's
                    public API rt/rt.h
-  lm/              lm, core, engine (language models: text, tokenizers, checkpoints, the architecture table)
+  lm/              lm, core, engine, quantize (language models: text, tokenizers, checkpoints, the architecture table)
   distill/         distill, core, dist, train, engine
   compress/        compress, core, dist, train, engine, distill, prune, quantize (the compressions that
                    train: pruning with recovery, quantization-aware training)
@@ -40,7 +40,7 @@ ALLOWED = {
     "engine": {"engine", "core", "dist", "export/rt_bridge.h", "rt/rt.h"},
     "distill": {"distill", "core", "dist", "train", "engine"},
     "compress": {"compress", "core", "dist", "train", "engine", "distill", "prune", "quantize"},
-    "lm": {"lm", "core", "engine"},
+    "lm": {"lm", "core", "engine", "quantize"},
     "prune": {"prune", "core"},
     "quantize": {"quantize", "core"},
     "export": {"export", "core", "rt/rt.h"},

@@ -2,6 +2,8 @@
 
 #include <set>
 
+#include <nlohmann/json.hpp>
+
 #include "core/error.h"
 #include "lm/pretokenize.h"
 #include "lm/tokenizer.h"
@@ -234,6 +236,35 @@ TEST(TokenizerModel, GgufPresetsMatchTheirTokenizerJson) {
   EXPECT_TRUE(m.ignore_merges);
   testing::expect_input_error([&] { m.set_pipeline(TokenizerModel::Kind::kByteLevelBpe, "deepseek-llm"); }, {"deepseek-llm"});
   testing::expect_input_error([&] { m.set_pipeline(TokenizerModel::Kind::kByteLevelBpe, "qwen2"); }, {"qwen2"});
+}
+
+TEST(TokenizerJson, WritesWhatItReadsForEveryGgufPipeline) {
+  for (const char* pre : {"gpt-2", "llama-bpe", "smollm", "default"}) {
+    const bool spm = std::string(pre) == "default";
+    TokenizerModel m;
+    m.vocab = {"<s>", "</s>", "a", "b", "ab", spm ? "\u2581" : "\u0120", spm ? "\u2581ab" : "\u0120ab", "1"};
+    m.merges = {{"a", "b"}, {m.vocab[5], "ab"}};
+    for (int32_t id : {0, 1}) {
+      AddedToken a;
+      a.id = id, a.content = m.vocab[id], a.special = true;
+      m.added.push_back(a);
+    }
+    m.bos_id = 0, m.eos_id = 1, m.add_bos = true;
+    m.set_pipeline(spm ? TokenizerModel::Kind::kSentencePieceBpe : TokenizerModel::Kind::kByteLevelBpe, pre);
+    const Tokenizer original(m);
+    const TokenizerModel back = parse_tokenizer_json(tokenizer_json(m), "written");
+    const Tokenizer reread(back);
+    EXPECT_TRUE(same_vocabulary(original, reread)) << pre;
+    EXPECT_EQ(back.merges, m.merges) << pre;
+    EXPECT_EQ(back.pre_tokenizer.size(), m.pre_tokenizer.size()) << pre;
+    EXPECT_EQ(back.decoder.size(), m.decoder.size()) << pre;
+    EXPECT_EQ(back.prefix, std::vector<int32_t>{0}) << pre;  // add_bos became the template
+    for (const char* text : {"ab ab", " ab1 a</s>", "b"})
+      EXPECT_EQ(reread.encode(text), original.encode(text)) << pre << ": " << text;
+    const auto config = nlohmann::json::parse(tokenizer_config_json(m));
+    EXPECT_EQ(config["bos_token"], "<s>");
+    EXPECT_EQ(config["eos_token"], "</s>");
+  }
 }
 
 }  // namespace

@@ -13,6 +13,10 @@ files `pare export --target gguf` writes.
         as gguf.quants.quantize stores it, bit for bit (F32 F16 BF16 Q8_0 Q5_0 Q4_0); Q4_K, which gguf-py
         only dequantizes, as ggml's own quantize_row_q4_K_ref (ggml_quantize_chunk, called in
         llama.cpp's libggml-base through ctypes) stores it, bit for bit.
+    python gguf_export_peer.py blocks FILE HF_DIR
+        the decoder layers' matrices of FILE (`pare quantize --method gptq --out FILE.gguf`), as gguf-py
+        dequantizes them, equal the values of HF_DIR (the same quantization written as a folder) bit
+        for bit, in llama.cpp's layout: the GGUF holds GPTQ's codes, not a second rounding of them.
     python gguf_export_peer.py run FILE IDS_NPY OUT_DIR
         llama.cpp (llama-cpp-python) loads FILE and writes logits.npy: its logits at every position of
         the token ids (one sequence), fp32.
@@ -190,6 +194,28 @@ def tensors(path, hf_dir):
     return 1 if failures else 0
 
 
+def blocks(path, hf_dir):
+    r = gguf.GGUFReader(path)
+    cfg = json.load(open(os.path.join(hf_dir, "config.json")))
+    names = gguf.get_tensor_name_map(ARCH[cfg["model_type"]], cfg.get("num_hidden_layers") or cfg.get("n_layer"))
+    got = {t.name: t for t in r.tensors}
+    failures, n = [], 0
+    for name, w in hf_tensors(hf_dir).items():
+        if ".layers." not in name and ".h." not in name or w.ndim != 2:
+            continue
+        t = got[names.get_name(name, try_suffixes=(".weight", ".bias"))]
+        want = np.ascontiguousarray(expected(cfg, name, w.astype(np.float32)))
+        deq = gguf.quants.dequantize(np.asarray(t.data), t.tensor_type).reshape(want.shape)
+        n += 1
+        if not np.array_equal(deq, want):
+            failures.append(f"{t.name} ({t.tensor_type.name}): differs from {name} by {np.abs(deq - want).max():.3g}")
+    for f in failures:
+        print("FAIL", f)
+    print(f"{n} layer matrices of {os.path.basename(path)} dequantize to the folder's values bit for bit"
+          if not failures and n else f"{len(failures)} of {n} differ")
+    return 1 if failures or not n else 0
+
+
 def llama(path, n_ctx=512):
     """llama.cpp on the CPU, 2 threads, logits of every position, an fp32 KV cache (its default,
     f16, would round keys and values that pare keeps in fp32)."""
@@ -239,6 +265,8 @@ def main():
         return make(*args)
     if cmd == "tensors":
         return tensors(*args)
+    if cmd == "blocks":
+        return blocks(*args)
     if cmd == "run":
         return run(*args)
     if cmd == "generate":

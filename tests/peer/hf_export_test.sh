@@ -86,7 +86,8 @@ PYEOF
   tail -n 5 "$tmp/py_err.txt"
 fi
 
-# SmolLM2-135M from its GGUF: pare's logits on 64 tokens against transformers' on pare's export.
+# SmolLM2-135M from its GGUF: pare's logits on 64 tokens against transformers' on pare's export, and
+# the tokenizer pare writes for it (from the GGUF's metadata) against pare's own.
 "$PY" -c "import numpy as np; np.save('$tmp/smol_ids.npy', np.random.default_rng(3).integers(0, 49152, (1, 64)))"
 if "$PARE" export "gguf:$gguf" --target hf --out "$tmp/smol" --max-shard-size 200MB >"$tmp/log.txt" 2>&1 &&
    "$PARE" run "gguf:$gguf" -i "input_ids=$tmp/smol_ids.npy" -o "logits=$tmp/smol_pare.npy" >/dev/null 2>>"$tmp/log.txt"; then
@@ -103,8 +104,18 @@ problems = {k: v for k, v in info.items() if v}
 ok = rel <= 1e-4 and shards > 1 and not problems
 print(f"{'ok  ' if ok else 'FAIL'} SmolLM2-135M GGUF -> hf ({shards} shards): max |transformers - pare| / max |pare| = "
       f"{rel:.2e} on 64 tokens{' ' + str(problems) if problems else ''}")
+# The GGUF's tokenizer (its metadata) written as tokenizer.json: transformers reads it and tokenizes
+# held-out text to the ids pare gives with the GGUF's own tokenizer.
+text = open("/usr/share/games/fortunes/science", encoding="utf-8").read()[:6000]
+open(f"{tmp}/smol_text.txt", "w", encoding="utf-8").write(text)
+tok = tf.AutoTokenizer.from_pretrained(f"{tmp}/smol")
+np.save(f"{tmp}/smol_hf_ids.npy", np.array(tok(text)["input_ids"]))
 sys.exit(0 if ok else 1)
 PYEOF
+  want=$("$PARE" tokenize "gguf:$gguf" --text "$(cat "$tmp/smol_text.txt")" 2>>"$tmp/log.txt")
+  got=$("$PY" -c "import numpy as np, sys; print(' '.join(map(str, np.load(sys.argv[1]))))" "$tmp/smol_hf_ids.npy")
+  if [[ -n "$want" && "$got" == "$want" ]]; then echo "ok   SmolLM2 GGUF -> hf: transformers reads the written tokenizer.json and gives pare's $(wc -w <<<"$want") ids"
+  else echo "FAIL smollm2 tokenizer: transformers '${got:0:200}' vs pare '${want:0:200}'"; failures+=("smollm2 tokenizer"); fi
 else
   echo "FAIL smollm2: $(head -c 1500 "$tmp/log.txt")"; failures+=("smollm2 export")
 fi

