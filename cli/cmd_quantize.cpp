@@ -3,8 +3,9 @@
 // pare quantize MODEL --calib D --qat [--teacher T] [--epochs N --lr LR ...] --out model.int8.onnx
 // pare quantize MODEL --dynamic [--per-tensor] --out model.int8.onnx
 // pare quantize MODEL --weight-only int4 [--group 32] --out model.int4.onnx
-// pare quantize LM --weight-only int4|int8 [--group 32] [--method gptq|rtn] --calib text:FILE
-//               [--calib-samples N] [--seq-len S] [--damp D] --out FILE.gguf|DIR
+// pare quantize LM --weight-only int4|int8 [--group 32] [--method gptq|awq|rtn] --calib text:FILE
+//               [--calib-samples N] [--seq-len S] [--damp D] [--sequential] [--static-groups]
+//               --out FILE.gguf|DIR
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <cstdio>
@@ -35,7 +36,7 @@ struct QuantizeOpts {
   std::string normalize, out, report, weight_only;
   int64_t calib_samples = 512, batch_size = 256, group = 32, seq_len = 512;
   double damp = 0.01;
-  bool sequential = false;
+  bool sequential = false, static_groups = false;
   bool method_given = false, samples_given = false;  // a language model's defaults differ
   uint64_t seed = 0;
   double percentile = 99.99;
@@ -138,11 +139,11 @@ void run_weight_only(const QuantizeOpts& o) {
 // as a GGUF file (group 32: the codes as Q4_0/Q8_0 blocks, unchanged) or a Hugging Face folder.
 void run_quantize_lm(const QuantizeOpts& o) {
   PARE_CHECK(!o.qat && !o.dynamic, "--qat and --dynamic take ONNX models; a language model takes --weight-only "
-             "int4|int8 with --method rtn|gptq");
+             "int4|int8 with --method rtn|gptq|awq");
   PARE_CHECK(o.weight_only == "int4" || o.weight_only == "int8", "a language model is quantized with --weight-only "
              "int4 or int8 (its linear weights; activations stay fp32)", o.weight_only.empty() ? "" : ", not '" + o.weight_only + "'");
-  PARE_CHECK(!o.calib.empty(), "--calib text:FILE (or jsonl:FILE) is the calibration text GPTQ needs (RTN too, for "
-             "its report)");
+  PARE_CHECK(!o.calib.empty(), "--calib text:FILE (or jsonl:FILE) is the calibration text GPTQ and AWQ need (RTN "
+             "too, for its report)");
   lm::LmModel m = lm::load_lm(o.model);
   PARE_CHECK(m.tok != nullptr, o.model, ": the model has no tokenizer to read the calibration text with");
   const bool gguf = o.out.size() > 5 && o.out.compare(o.out.size() - 5, 5, ".gguf") == 0;
@@ -154,6 +155,7 @@ void run_quantize_lm(const QuantizeOpts& o) {
   q.method = o.method_given ? o.method : "gptq";
   q.gptq.damp = o.damp;
   q.sequential = o.sequential;
+  q.static_groups = o.static_groups;
   const int64_t seq = std::min(o.seq_len, m.config.max_positions);
   const std::vector<int64_t> stream = lm::cached_tokens(*m.tok, o.calib, o.calib_split);
   at::Tensor windows = lm::token_windows(stream, seq, o.calib).x;
@@ -280,7 +282,7 @@ void add_quantize(CLI::App& app, Action& action) {
                   "--weight-only); for a language model text:FILE or jsonl:FILE[:FIELD]");
   cmd->add_option("--weight-only", o->weight_only,
                   "int4: block-wise 4-bit weights for MatMul/Gemm (ONNX Runtime's MatMulNBits), "
-                  "activations fp32, no calibration; a language model: int4 or int8, with --method rtn|gptq");
+                  "activations fp32, no calibration; a language model: int4 or int8, with --method rtn|gptq|awq");
   cmd->add_option("--group", o->group, "--weight-only: weights per scale along K (16, 32, 64, 128, ...)")
       ->capture_default_str();
   cmd->add_option("--calib-split", o->calib_split, "Split the calibration samples come from")
@@ -295,10 +297,13 @@ void add_quantize(CLI::App& app, Action& action) {
   cmd->add_flag("--sequential", o->sequential,
                 "A language model: each decoder layer calibrated on the model whose earlier layers are quantized "
                 "already (a pass per layer) instead of all from one pass");
+  cmd->add_flag("--static-groups", o->static_groups,
+                "GPTQ: each group's scale fixed from the original weights before GPTQ starts, instead of from the "
+                "weights as GPTQ has updated them when it reaches the group");
   cmd->add_option("--seed", o->seed, "Seed for drawing the calibration samples")->capture_default_str();
   auto* method = cmd->add_option("--method", o->method,
                                  "Activation range calibration: minmax, percentile, entropy (KL) or mse; a language "
-                                 "model's weights: gptq (default) or rtn (round to nearest)")
+                                 "model's weights: gptq (default), awq or rtn (round to nearest)")
                      ->capture_default_str();
   cmd->add_option("--percentile", o->percentile, "--method percentile: percentile of |x| kept")
       ->capture_default_str();
@@ -341,7 +346,13 @@ void add_quantize(CLI::App& app, Action& action) {
       "given, and writes the same QDQ form as static quantization.\n"
       "Example: pare quantize cnn.onnx --calib fashion-mnist --method mse --out cnn.int8.onnx\n"
       "Example: pare quantize mlp.onnx --calib fashion-mnist --weight-bits 4 --per-tensor --qat "
-      "--teacher cnn.onnx --epochs 2 --out mlp.w4.onnx");
+      "--teacher cnn.onnx --epochs 2 --out mlp.w4.onnx\n"
+      "A language model (hf:DIR, gguf:FILE): --weight-only int4|int8 quantizes the decoder layers' linear weights on "
+      "ggml's Q4_0/Q8_0 grid per --group of input columns, by GPTQ (error feedback through the calibration "
+      "inputs' Hessian), AWQ (input channels scaled by their mean |x|^alpha, the inverse folded into the norm or "
+      "linear before, then clipped RTN) or RTN; group 32 writes the codes into a GGUF file unchanged.\n"
+      "Example: pare quantize gguf:smollm2.gguf --weight-only int4 --method awq --calib text:fortunes.txt "
+      "--out smollm2.q4_0.gguf");
   cmd->callback([&action, o, method, samples] {
     o->method_given = method->count() > 0;
     o->samples_given = samples->count() > 0;

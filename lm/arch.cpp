@@ -222,6 +222,13 @@ std::string rename(const TensorNames& from, const TensorNames& to, const std::st
 
 }  // namespace
 
+std::string layer_name(const char* pattern, int64_t layer) {
+  std::string s = pattern;
+  const size_t at = s.find("{i}");
+  if (at != std::string::npos) s.replace(at, 3, std::to_string(layer));
+  return s;
+}
+
 std::string hf_name_of(const Family& f, const std::string& gguf) { return rename(kGgufNames, f.names, gguf); }
 
 std::string gguf_name_of(const Family& f, const std::string& hf) { return rename(f.names, kGgufNames, hf); }

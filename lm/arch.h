@@ -55,6 +55,10 @@ std::string hf_name_of(const Family& f, const std::string& gguf);
 /// The GGUF name of Hugging Face tensor `hf` of family `f` (hf_name_of's inverse), or "" when no role has it.
 std::string gguf_name_of(const Family& f, const std::string& hf);
 
+/// A pattern of TensorNames with "{i}" replaced by `layer` ("model.layers.{i}.mlp.up_proj", 3 ->
+/// "model.layers.3.mlp.up_proj").
+std::string layer_name(const char* pattern, int64_t layer);
+
 /// A role of TensorNames (&TensorNames::q, ...).
 using Role = const char* TensorNames::*;
 /// The role of the Hugging Face tensor `name` in family `f` ("model.layers.3.self_attn.q_proj.bias" ->

@@ -9,13 +9,6 @@ namespace pare::lm {
 
 namespace {
 
-std::string layer_name(const char* pattern, int64_t i) {
-  std::string s = pattern;
-  const size_t at = s.find("{i}");
-  if (at != std::string::npos) s.replace(at, 3, std::to_string(i));
-  return s;
-}
-
 std::string sizes_str(at::IntArrayRef s) {
   std::string out = "[";
   for (size_t d = 0; d < s.size(); ++d) out += (d ? ", " : "") + std::to_string(s[d]);

