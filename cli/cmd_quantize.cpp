@@ -3,7 +3,7 @@
 // pare quantize MODEL --calib D --qat [--teacher T] [--epochs N --lr LR ...] --out model.int8.onnx
 // pare quantize MODEL --dynamic [--per-tensor] --out model.int8.onnx
 // pare quantize MODEL --weight-only int4 [--group 32] --out model.int4.onnx
-// pare quantize LM --weight-only int4|int8 [--group 32] [--method gptq|awq|rtn] --calib text:FILE
+// pare quantize LM --weight-only int4|int8 [--group 32] [--method gptq|awq|awq+gptq|rtn] --calib text:FILE
 //               [--calib-samples N] [--seq-len S] [--damp D] [--sequential] [--static-groups]
 //               --out FILE.gguf|DIR
 #include <ATen/CPUGeneratorImpl.h>
@@ -303,7 +303,7 @@ void add_quantize(CLI::App& app, Action& action) {
   cmd->add_option("--seed", o->seed, "Seed for drawing the calibration samples")->capture_default_str();
   auto* method = cmd->add_option("--method", o->method,
                                  "Activation range calibration: minmax, percentile, entropy (KL) or mse; a language "
-                                 "model's weights: gptq (default), awq or rtn (round to nearest)")
+                                 "model's weights: gptq (default), awq, awq+gptq (GPTQ on AWQ's scaled weights) or rtn (round to nearest)")
                      ->capture_default_str();
   cmd->add_option("--percentile", o->percentile, "--method percentile: percentile of |x| kept")
       ->capture_default_str();

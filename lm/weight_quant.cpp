@@ -115,7 +115,8 @@ quantize::AwqScale scale_group(LmModel& m, const std::vector<std::string>& names
   return a;
 }
 
-// One group of weights sharing an input: RTN, GPTQ or AWQ's clipped RTN on their rows stacked, written back.
+// One group of weights sharing an input: RTN, GPTQ or AWQ's clipped RTN (awq+gptq: GPTQ on AWQ's scaled
+// weights, unclipped) on their rows stacked, written back.
 void quantize_group(LmModel& m, const std::vector<std::string>& names, const InputStats& stats, const quantize::AwqScale& awq,
                     const LmQuantOptions& opts, LmQuantResult& r) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -125,6 +126,7 @@ void quantize_group(LmModel& m, const std::vector<std::string>& names, const Inp
   PARE_CHECK(opts.group != 32 || w.size(1) % 32 == 0, names.front(), ": ", w.size(1), " input columns are not a multiple "
              "of 32, the block of Q4_0 and Q8_0 (give another --group and an --out folder)");
   at::Tensor shrink;  // AWQ clips every group's range but q's and k's (their error shows after the softmax)
+  const bool gptq_rounds = opts.method == "gptq" || opts.method == "awq+gptq";
   if (opts.method == "awq") {
     shrink = quantize::awq_clip(w, h, opts.bits, opts.group);
     for (int64_t i = 0, row = 0; i < static_cast<int64_t>(names.size()); row += parts[i].size(0), ++i)
@@ -134,7 +136,7 @@ void quantize_group(LmModel& m, const std::vector<std::string>& names, const Inp
   quantize::GptqOptions gptq = opts.gptq;
   if (!opts.static_groups)
     gptq.regrid = [bits = opts.bits](const at::Tensor& cols) { return quantize::symmetric_grid(cols, bits, cols.size(1)); };
-  const at::Tensor codes = opts.method == "gptq" ? quantize::gptq(w, h, grid, gptq) : quantize::rtn(w, grid);
+  const at::Tensor codes = gptq_rounds ? quantize::gptq(w, h, grid, gptq) : quantize::rtn(w, grid);
   const at::Tensor q = quantize::grid_values(codes, grid);
   const double seconds = seconds_since(t0);
   int64_t row = 0;
@@ -163,8 +165,8 @@ void quantize_group(LmModel& m, const std::vector<std::string>& names, const Inp
 LmQuantResult quantize_weights(LmModel& m, const at::Tensor& windows, const LmQuantOptions& opts,
                                const std::function<void(int, int, const std::string&)>& progress) {
   PARE_CHECK(opts.bits == 4 || opts.bits == 8, "--weight-only takes int4 or int8 for a language model");
-  PARE_CHECK(opts.method == "rtn" || opts.method == "gptq" || opts.method == "awq",
-             "--method for a language model's weights is rtn, gptq or awq, not '",
+  PARE_CHECK(opts.method == "rtn" || opts.method == "gptq" || opts.method == "awq" || opts.method == "awq+gptq",
+             "--method for a language model's weights is rtn, gptq, awq or awq+gptq, not '",
              opts.method, "'");
   PARE_CHECK(opts.group > 0, "--group must be positive");
   PARE_CHECK(windows.defined() && windows.dim() == 2 && windows.size(0) > 0, "no calibration windows");
@@ -193,7 +195,7 @@ LmQuantResult quantize_weights(LmModel& m, const at::Tensor& windows, const LmQu
     t0 = std::chrono::steady_clock::now();
     // AWQ scales every group before any is rounded: a fold may reach into another group (down's into up).
     std::vector<quantize::AwqScale> awq(last - first);
-    if (opts.method == "awq")
+    if (opts.method.rfind("awq", 0) == 0)
       for (size_t g = first; g < last; ++g) awq[g - first] = scale_group(m, groups[g].second, stats.at(groups[g].first), opts);
     for (size_t g = first; g < last; ++g) {
       quantize_group(m, groups[g].second, stats.at(groups[g].first), awq[g - first], opts, r);

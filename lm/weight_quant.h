@@ -35,7 +35,7 @@ namespace pare::lm {
 struct LmQuantOptions {
   int bits = 4;                  ///< 4 or 8
   int64_t group = 32;            ///< input columns per scale
-  std::string method = "gptq";   ///< rtn, gptq or awq
+  std::string method = "gptq";   ///< rtn, gptq, awq or awq+gptq (GPTQ rounds AWQ's scaled weights)
   /// Each decoder layer's Hessians from the model whose earlier layers are quantized already (as
   /// GPTQ's paper does; a partial pass of the calibration windows per layer), not all from one pass
   /// of the unquantized model.

@@ -56,7 +56,7 @@ TEST(WeightQuant, AwqFoldsItsScalesWithoutChangingWhatTheModelComputes) {
     std::map<std::string, double> error;
     int folded = 0;
     for (const int bits : {8, 4}) {
-      for (const char* method : {"rtn", "awq"}) {
+      for (const char* method : {"rtn", "awq", "awq+gptq"}) {
         std::map<std::string, at::Tensor> copy;  // the graph holds the tensors it is given, and quantizing writes them
         for (const auto& [name, t] : w) copy[name] = t.clone();
         LmModel m = make_model(c, copy);
@@ -72,6 +72,7 @@ TEST(WeightQuant, AwqFoldsItsScalesWithoutChangingWhatTheModelComputes) {
     EXPECT_LT(error["awq8"], 0.05);
     EXPECT_LT(error["awq8"], 1.5 * error["rtn8"] + 1e-3);
     EXPECT_LT(error["awq4"], error["rtn4"]);
+    EXPECT_LT(error["awq+gptq8"], 1.5 * error["rtn8"] + 1e-3);  // GPTQ on the scaled weights: the same folds
     std::printf("%s kv %lld: logit error int8 RTN %.4f AWQ %.4f, int4 RTN %.4f AWQ %.4f\n", k.family,
                 static_cast<long long>(k.kv_heads), error["rtn8"], error["awq8"], error["rtn4"], error["awq4"]);
   }
