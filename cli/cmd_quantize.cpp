@@ -139,7 +139,7 @@ void run_weight_only(const QuantizeOpts& o) {
 // as a GGUF file (group 32: the codes as Q4_0/Q8_0 blocks, unchanged) or a Hugging Face folder.
 void run_quantize_lm(const QuantizeOpts& o) {
   PARE_CHECK(!o.qat && !o.dynamic, "--qat and --dynamic take ONNX models; a language model takes --weight-only "
-             "int4|int8 with --method rtn|gptq|awq");
+             "int4|int8 with --method rtn|gptq|awq|awq+gptq");
   PARE_CHECK(o.weight_only == "int4" || o.weight_only == "int8", "a language model is quantized with --weight-only "
              "int4 or int8 (its linear weights; activations stay fp32)", o.weight_only.empty() ? "" : ", not '" + o.weight_only + "'");
   PARE_CHECK(!o.calib.empty(), "--calib text:FILE (or jsonl:FILE) is the calibration text GPTQ and AWQ need (RTN "
@@ -282,7 +282,8 @@ void add_quantize(CLI::App& app, Action& action) {
                   "--weight-only); for a language model text:FILE or jsonl:FILE[:FIELD]");
   cmd->add_option("--weight-only", o->weight_only,
                   "int4: block-wise 4-bit weights for MatMul/Gemm (ONNX Runtime's MatMulNBits), "
-                  "activations fp32, no calibration; a language model: int4 or int8, with --method rtn|gptq|awq");
+                  "activations fp32, no calibration; a language model: int4 or int8, with --method "
+                  "rtn|gptq|awq|awq+gptq");
   cmd->add_option("--group", o->group, "--weight-only: weights per scale along K (16, 32, 64, 128, ...)")
       ->capture_default_str();
   cmd->add_option("--calib-split", o->calib_split, "Split the calibration samples come from")
@@ -303,7 +304,8 @@ void add_quantize(CLI::App& app, Action& action) {
   cmd->add_option("--seed", o->seed, "Seed for drawing the calibration samples")->capture_default_str();
   auto* method = cmd->add_option("--method", o->method,
                                  "Activation range calibration: minmax, percentile, entropy (KL) or mse; a language "
-                                 "model's weights: gptq (default), awq, awq+gptq (GPTQ on AWQ's scaled weights) or rtn (round to nearest)")
+                                 "model's weights: gptq (default), awq, awq+gptq (GPTQ on AWQ's scaled weights) "
+                                 "or rtn (round to nearest)")
                      ->capture_default_str();
   cmd->add_option("--percentile", o->percentile, "--method percentile: percentile of |x| kept")
       ->capture_default_str();

@@ -80,8 +80,10 @@ Fold fold_of(const LmModel& m, const std::string& weight) {
   const int64_t layer = layer_of(weight);
   auto fold = [&](const char* pattern, int64_t offset) {
     Fold out{{}, offset};
-    for (const char* suffix : {".weight", ".bias"})
-      if (m.graph.initializers.count(layer_name(pattern, layer) + suffix)) out.tensors.push_back(layer_name(pattern, layer) + suffix);
+    for (const char* suffix : {".weight", ".bias"}) {
+      const std::string name = layer_name(pattern, layer) + suffix;
+      if (m.graph.initializers.count(name)) out.tensors.push_back(name);
+    }
     return out;
   };
   if (role == &TensorNames::q || role == &TensorNames::k || role == &TensorNames::v || role == &TensorNames::qkv)
@@ -95,7 +97,8 @@ Fold fold_of(const LmModel& m, const std::string& weight) {
 
 // AWQ's scales for one group: its weights' columns times s, the folded tensors' outputs divided by
 // s, its input statistics those of the input divided by s. Returns the search's choice (none without a fold).
-quantize::AwqScale scale_group(LmModel& m, const std::vector<std::string>& names, InputStats& stats, const LmQuantOptions& opts) {
+quantize::AwqScale scale_group(LmModel& m, const std::vector<std::string>& names, InputStats& stats,
+                               const LmQuantOptions& opts) {
   const Fold fold = fold_of(m, names.front());
   if (fold.tensors.empty()) return {};
   std::vector<at::Tensor> parts;
@@ -117,8 +120,8 @@ quantize::AwqScale scale_group(LmModel& m, const std::vector<std::string>& names
 
 // One group of weights sharing an input: RTN, GPTQ or AWQ's clipped RTN (awq+gptq: GPTQ on AWQ's scaled
 // weights, unclipped) on their rows stacked, written back.
-void quantize_group(LmModel& m, const std::vector<std::string>& names, const InputStats& stats, const quantize::AwqScale& awq,
-                    const LmQuantOptions& opts, LmQuantResult& r) {
+void quantize_group(LmModel& m, const std::vector<std::string>& names, const InputStats& stats,
+                    const quantize::AwqScale& awq, const LmQuantOptions& opts, LmQuantResult& r) {
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<at::Tensor> parts;
   for (const std::string& name : names) parts.push_back(m.graph.initializers.at(name).t().to(at::kFloat));  // [out, in]
@@ -135,7 +138,9 @@ void quantize_group(LmModel& m, const std::vector<std::string>& names, const Inp
   quantize::Grid grid = quantize::symmetric_grid(w, opts.bits, opts.group, shrink);
   quantize::GptqOptions gptq = opts.gptq;
   if (!opts.static_groups)
-    gptq.regrid = [bits = opts.bits](const at::Tensor& cols) { return quantize::symmetric_grid(cols, bits, cols.size(1)); };
+    gptq.regrid = [bits = opts.bits](const at::Tensor& cols) {
+      return quantize::symmetric_grid(cols, bits, cols.size(1));
+    };
   const at::Tensor codes = gptq_rounds ? quantize::gptq(w, h, grid, gptq) : quantize::rtn(w, grid);
   const at::Tensor q = quantize::grid_values(codes, grid);
   const double seconds = seconds_since(t0);
@@ -196,7 +201,8 @@ LmQuantResult quantize_weights(LmModel& m, const at::Tensor& windows, const LmQu
     // AWQ scales every group before any is rounded: a fold may reach into another group (down's into up).
     std::vector<quantize::AwqScale> awq(last - first);
     if (opts.method.rfind("awq", 0) == 0)
-      for (size_t g = first; g < last; ++g) awq[g - first] = scale_group(m, groups[g].second, stats.at(groups[g].first), opts);
+      for (size_t g = first; g < last; ++g)
+        awq[g - first] = scale_group(m, groups[g].second, stats.at(groups[g].first), opts);
     for (size_t g = first; g < last; ++g) {
       quantize_group(m, groups[g].second, stats.at(groups[g].first), awq[g - first], opts, r);
       if (progress) progress(++done, static_cast<int>(groups.size()), groups[g].second.front());
@@ -213,7 +219,8 @@ nlohmann::json to_json(const LmQuantResult& r) {
   nlohmann::json layers = nlohmann::json::array();
   for (const LmQuantLayer& l : r.layers)
     layers.push_back({{"name", l.name}, {"rows", l.rows}, {"cols", l.cols}, {"weight_error", l.weight_error},
-                      {"sqnr_db", l.sqnr_db}, {"awq_alpha", l.awq_alpha}, {"awq_duo", l.awq_duo}, {"seconds", l.seconds}});
+                      {"sqnr_db", l.sqnr_db}, {"awq_alpha", l.awq_alpha}, {"awq_duo", l.awq_duo},
+                      {"seconds", l.seconds}});
   return {{"bits", r.options.bits}, {"group", r.options.group}, {"method", r.options.method},
           {"ggml_type", r.blocks.empty() ? "" : ggml_type_name(static_cast<uint32_t>(r.type))},
           {"calib_tokens", r.calib_tokens}, {"calib_seconds", r.calib_seconds}, {"quant_seconds", r.quant_seconds},

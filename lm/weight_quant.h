@@ -54,7 +54,7 @@ struct LmQuantLayer {
   double sqnr_db = 0;        ///< the layer's output SQNR on the calibration inputs
   double awq_alpha = 0;      ///< AWQ: the exponent of its input's scales (0: none, or no fold)
   bool awq_duo = false;      ///< AWQ: the scales divide by the weights' statistic too (duo scaling)
-  double seconds = 0;        ///< of its group's RTN or GPTQ pass (shared by q/k/v, gate/up)
+  double seconds = 0;        ///< of its group's rounding (shared by q/k/v, gate/up; AWQ's scale search not included)
 };
 
 struct LmQuantResult {

@@ -47,7 +47,10 @@ AwqScale awq_scale(const at::Tensor& w_in, const at::Tensor& abs_mean, const at:
       const at::Tensor effective = round_to_grid(w * s, bits, group) / s;
       const double error = output_error(w - effective, h) / signal;
       if (!duo && i == 0) best.rtn_error = error;
-      if (error < best.error) best.error = error, best.alpha = alpha, best.scales = s, best.duo = duo;
+      // The first (all ones) stands unless one does better, also when the errors are not numbers
+      // (a weight of zeros, inputs no token reached).
+      if ((!duo && i == 0) || error < best.error)
+        best.error = error, best.alpha = alpha, best.scales = s, best.duo = duo;
     }
   }
   return best;
@@ -55,7 +58,8 @@ AwqScale awq_scale(const at::Tensor& w_in, const at::Tensor& abs_mean, const at:
 
 at::Tensor awq_clip(const at::Tensor& w_in, const at::Tensor& h, int bits, int64_t group, int grid, double max_shrink) {
   PARE_CHECK(w_in.dim() == 2 && h.sizes() == at::IntArrayRef({w_in.size(1), w_in.size(1)}) && group > 0,
-             "AWQ clipping: a weight of shape ", c10::str(w_in.sizes()), " with a Hessian of shape ", c10::str(h.sizes()));
+             "AWQ clipping: a weight of shape ", c10::str(w_in.sizes()), " with a Hessian of shape ",
+             c10::str(h.sizes()));
   const at::Tensor w = w_in.to(at::kFloat);
   const int64_t rows = w.size(0), cols = w.size(1), n = (cols + group - 1) / group, padded = n * group;
   // The diagonal blocks of h, one per group ([n, group, group], zero past the last column).

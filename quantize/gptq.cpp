@@ -70,7 +70,8 @@ Grid symmetric_grid(const at::Tensor& w, int bits, int64_t group, const at::Tens
   if (n * group != cols) padded = at::constant_pad_nd(padded, {0, n * group - cols});  // the last group is shorter
   const at::Tensor blocks = padded.reshape({w.size(0), n, group});
   PARE_CHECK(!shrink.defined() || shrink.sizes() == at::IntArrayRef({w.size(0), n}), "a shrink of shape ",
-             shrink.defined() ? c10::str(shrink.sizes()) : "", " for ", n, " groups of a weight of shape ", c10::str(w.sizes()));
+             shrink.defined() ? c10::str(shrink.sizes()) : "", " for ", n, " groups of a weight of shape ",
+             c10::str(w.sizes()));
   const at::Tensor factor = shrink.defined() ? shrink.to(at::kFloat) : at::ones({w.size(0), n});
   Grid g;
   g.group = group;

@@ -50,7 +50,8 @@ TEST(WeightQuant, AwqFoldsItsScalesWithoutChangingWhatTheModelComputes) {
     const LmConfig c = outlier_config(k);
     const auto w = outlier_weights(c);
     at::manual_seed(7);
-    const at::Tensor windows = at::randint(0, c.vocab, {8, 32}, at::kLong), held_out = at::randint(0, c.vocab, {2, 32}, at::kLong);
+    const at::Tensor windows = at::randint(0, c.vocab, {8, 32}, at::kLong);
+    const at::Tensor held_out = at::randint(0, c.vocab, {2, 32}, at::kLong);
     const LmModel fp = make_model(c, w);
     const at::Tensor want = core::Module(fp.graph, core::Module::Use::kFrozen).forward({held_out})[0];
     std::map<std::string, double> error;

@@ -48,6 +48,12 @@ TEST(Awq, ScalesAlikeChannelsOnlyByTheWeights) {
   EXPECT_NEAR(relative_error(w, rounded(w * a.scales, 32) / a.scales, at::eye(64)), a.error, 1e-6);
 }
 
+TEST(Awq, AWeightOfZerosKeepsScalesOfOne) {
+  const AwqScale a = awq_scale(at::zeros({4, 32}), at::rand({32}), at::eye(32), 4, 32);
+  EXPECT_TRUE(at::equal(a.scales, at::ones({32})));
+  EXPECT_EQ(a.alpha, 0.0);
+}
+
 TEST(Awq, ClippingNeverRaisesAGroupsErrorAndCutsOutliers) {
   at::manual_seed(13);
   at::Tensor w = at::randn({32, 96});
