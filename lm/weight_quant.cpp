@@ -50,13 +50,20 @@ std::map<std::string, InputStats> input_stats(core::Module& model, const at::Ten
     auto values = model.forward_until({windows.narrow(0, i, 1)}, inputs);
     for (const std::string& name : inputs) {
       const at::Tensor& x = values.at(name);
-      InputStats one{quantize::hessian(x), x.reshape({-1, x.size(-1)}).abs().to(at::kDouble).sum(0)};
+      InputStats one{quantize::hessian(x), x.reshape({-1, x.size(-1)}).abs().sum(0, false, at::kDouble)};
       auto [it, fresh] = stats.emplace(name, one);
       if (!fresh) it->second.h.add_(one.h), it->second.abs_mean.add_(one.abs_mean);
     }
   }
   for (auto& [name, s] : stats) s.abs_mean = (s.abs_mean / static_cast<double>(windows.numel())).to(at::kFloat);
   return stats;
+}
+
+// Each weight of a group as float [out, in] (the graph holds [in, out]).
+std::vector<at::Tensor> rows_of(const LmModel& m, const std::vector<std::string>& names) {
+  std::vector<at::Tensor> parts;
+  for (const std::string& name : names) parts.push_back(m.graph.initializers.at(name).t().to(at::kFloat));
+  return parts;
 }
 
 bool is_query_or_key(const Family& f, const std::string& weight) {
@@ -101,8 +108,7 @@ quantize::AwqScale scale_group(LmModel& m, const std::vector<std::string>& names
                                const LmQuantOptions& opts) {
   const Fold fold = fold_of(m, names.front());
   if (fold.tensors.empty()) return {};
-  std::vector<at::Tensor> parts;
-  for (const std::string& name : names) parts.push_back(m.graph.initializers.at(name).t().to(at::kFloat));  // [out, in]
+  const std::vector<at::Tensor> parts = rows_of(m, names);
   const quantize::AwqScale a = quantize::awq_scale(at::cat(parts, 0), stats.abs_mean, stats.h, opts.bits, opts.group);
   const at::Tensor& s = a.scales;
   for (const std::string& name : names) {
@@ -123,8 +129,7 @@ quantize::AwqScale scale_group(LmModel& m, const std::vector<std::string>& names
 void quantize_group(LmModel& m, const std::vector<std::string>& names, const InputStats& stats,
                     const quantize::AwqScale& awq, const LmQuantOptions& opts, LmQuantResult& r) {
   const auto t0 = std::chrono::steady_clock::now();
-  std::vector<at::Tensor> parts;
-  for (const std::string& name : names) parts.push_back(m.graph.initializers.at(name).t().to(at::kFloat));  // [out, in]
+  const std::vector<at::Tensor> parts = rows_of(m, names);
   const at::Tensor w = at::cat(parts, 0), &h = stats.h;
   PARE_CHECK(opts.group != 32 || w.size(1) % 32 == 0, names.front(), ": ", w.size(1), " input columns are not a multiple "
              "of 32, the block of Q4_0 and Q8_0 (give another --group and an --out folder)");
