@@ -1,6 +1,8 @@
 // pare prune MODEL [--data D] --method magnitude|nm|channel --sparsity X [--global] [--n 2 --m 4]
 // [--exclude NAME,...] [--schedule oneshot|iterative|gradual --epochs N [--teacher T]] [--analyze]
 // --out pruned.onnx
+// pare prune LM --calib-data text:FILE [--layers N] [--hidden N] [--heads N] [--intermediate N] [--calib-samples N]
+//            [--seq-len S] --out DIR           (Minitron: lm/minitron.h; then pare distill --student hf:DIR)
 //
 // Flags into compress::PruneOptions, then compress::prune_with_recovery; --analyze is
 // prune::sensitivity_scan.
@@ -15,6 +17,9 @@
 #include "core/file_util.h"
 #include "core/onnx_io.h"
 #include "core/summary.h"
+#include "lm/data.h"
+#include "lm/hf_export.h"
+#include "lm/minitron.h"
 #include "prune/sensitivity.h"
 
 namespace pare::cli {
@@ -22,8 +27,10 @@ namespace pare::cli {
 namespace {
 
 struct PruneCli {
-  std::string model, out, importance = "l1", analyze_json;
-  bool analyze = false;
+  std::string model, out, importance = "l1", analyze_json, calib, calib_split = "train";
+  lm::PruneTargets targets;
+  int64_t calib_samples = 64, seq_len = 256;
+  bool analyze = false, method_given = false;
   std::vector<std::string> teachers;
   std::vector<double> teacher_weights, ratios = {0.25, 0.5, 0.75, 0.9};
   compress::PruneOptions prune;
@@ -80,6 +87,63 @@ void report(const PruneCli& o, const compress::PruneResult& r, const core::Model
   else if (!run.quiet) std::fprintf(stderr, "wrote %s\n", o.out.c_str());
 }
 
+// A language model: Minitron's importance on calibration text, then a smaller model of the same
+// family (a Hugging Face folder), to be distilled from the original (pare distill --student hf:DIR).
+void run_prune_lm(const PruneCli& o) {
+  const TrainingRun& run = o.run;
+  const lm::PruneTargets& t = o.targets;
+  PARE_CHECK(!o.method_given || o.prune.method == "channel", "a language model is pruned with --method channel "
+             "(heads, MLP neurons, hidden channels, layers), not ", o.prune.method);
+  PARE_CHECK(o.run.trainer.epochs_ == 0 && o.teachers.empty() && !o.analyze, "a pruned language model recovers by "
+             "distillation from the original: pare distill --teacher ", o.model, " --student hf:",
+             o.out.empty() ? "DIR" : o.out);
+  PARE_CHECK(t.layers || t.hidden || t.heads || t.intermediate,
+             "say what to keep: --layers, --hidden, --heads and/or --intermediate");
+  PARE_CHECK(!o.calib.empty(), "--calib-data text:FILE (or jsonl:FILE): the text whose activations rank heads, "
+             "neurons, channels and layers");
+  PARE_CHECK(!o.out.empty(), "--out DIR is required (a Hugging Face folder)");
+  train::set_threads(run.threads);
+  const lm::LmModel m = lm::load_lm(o.model);
+  PARE_CHECK(m.tok != nullptr, o.model, ": the model has no tokenizer to read the calibration text with");
+  const int64_t seq = std::min(o.seq_len, m.config.max_positions);
+  t.validate(m.config, o.model);  // before the pass over the text
+  const at::Tensor windows = lm::calibration_windows(*m.tok, o.calib, o.calib_split, seq, o.calib_samples,
+                                                     run.trainer.seed_);
+  const bool talk = !run.quiet;
+  if (talk)
+    std::fprintf(stderr, "ranking heads, neurons, channels and layers of %s on %lld windows of %lld tokens of %s\n",
+                 o.model.c_str(), (long long)windows.size(0), (long long)seq, o.calib.c_str());
+  const lm::Importance imp = lm::importance(m, windows, [&](int64_t done, int64_t total) {
+    if (talk) std::fprintf(stderr, "\rwindow %lld/%lld   ", (long long)done, (long long)total);
+  });
+  if (talk) std::fprintf(stderr, "\n");
+  const lm::Keep keep = lm::choose(m.config, imp, t, o.model);
+  const lm::LmModel pruned = lm::slice(m, keep, o.model);
+  const lm::HfExportResult written = lm::save_hf(pruned, o.out);
+  const int64_t before = m.config.parameter_count(), after = pruned.config.parameter_count();
+  if (run.json) {
+    nlohmann::json j = {{"model", o.model}, {"out", o.out}, {"params_before", before}, {"params_after", after},
+                        {"config", nlohmann::json::parse(lm::hf_config_json(pruned.config))},
+                        {"importance", lm::to_json(m.config, imp, keep)}};
+    std::cout << j.dump(2) << "\n";
+    return;
+  }
+  if (!talk) return;
+  for (int64_t i = 0; i < m.config.layers; ++i) {
+    const bool kept = std::find(keep.layers.begin(), keep.layers.end(), i) != keep.layers.end();
+    std::fprintf(stderr, "  layer %2lld: block importance %.4f%s\n", (long long)i, imp.layers[i],
+                 kept ? "" : "  (removed)");
+  }
+  const lm::LmConfig& a = m.config;
+  const lm::LmConfig& b = pruned.config;
+  std::fprintf(stderr, "layers %lld -> %lld, hidden %lld -> %lld, heads %lld (KV %lld) -> %lld (KV %lld), "
+               "MLP %lld -> %lld\nparameters %lld -> %lld (%.1f%%)\n",
+               (long long)a.layers, (long long)b.layers, (long long)a.hidden, (long long)b.hidden, (long long)a.heads,
+               (long long)a.kv_heads, (long long)b.heads, (long long)b.kv_heads, (long long)a.intermediate,
+               (long long)b.intermediate, (long long)before, (long long)after, 100.0 * after / before);
+  std::cout << lm::to_text(written);
+}
+
 void run_prune(PruneCli& o) {
   TrainingRun& run = o.run;
   train::set_threads(run.threads);
@@ -124,8 +188,9 @@ void add_prune(CLI::App& app, Action& action) {
   auto o = std::make_shared<PruneCli>();
   o->run.trainer.epochs(0);
   compress::PruneOptions& p = o->prune;
-  cmd->add_option("model", o->model, "ONNX file or zoo spec")->required();
-  cmd->add_option("--out,-o", o->out, "Where to write the pruned model (.onnx)");
+  cmd->add_option("model", o->model, "ONNX file or zoo spec, or a language model (hf:DIR, gguf:FILE)")->required();
+  cmd->add_option("--out,-o", o->out,
+                  "Where to write the pruned model (.onnx; a language model: a Hugging Face folder)");
   auto g = "Pruning";
   cmd->add_option("--method", p.method,
                   "magnitude (unstructured), nm (N:M along the input dim) or channel (removes channels, heads)")
@@ -168,8 +233,30 @@ void add_prune(CLI::App& app, Action& action) {
   cmd->footer("--epochs 0 (the default) prunes without recovery training, and needs no --data (then no accuracy is "
               "reported; --data scores the model before and after). Impossible requests (a sparsity outside "
               "[0, 1], an unknown --exclude name, channel pruning that would remove every channel of a group) "
-              "exit with code 2 and write nothing.");
-  cmd->callback([&action, o] { action = [o] { run_prune(*o); }; });
+              "exit with code 2 and write nothing. A language model (hf:DIR, gguf:FILE) is pruned as Minitron does: "
+              "one pass over --calib-data ranks its heads (whole KV groups), MLP neurons, hidden channels and layers "
+              "(1 - cosine of each layer's input and output), and --out gets the smaller Hugging Face checkpoint; "
+              "recover it with pare distill --teacher MODEL --student hf:OUT.");
+  auto l = "Language models (Minitron)";
+  cmd->add_option("--calib-data", o->calib, "Text whose activations rank the units: text:FILE or jsonl:FILE[:FIELD]")
+      ->group(l);
+  cmd->add_option("--calib-split", o->calib_split, "Split of --calib-data")->capture_default_str()->group(l);
+  cmd->add_option("--calib-samples", o->calib_samples, "Windows of --seq-len tokens, drawn at random (--seed)")
+      ->capture_default_str()->check(CLI::PositiveNumber)->group(l);
+  cmd->add_option("--seq-len", o->seq_len, "Tokens per window (at most the context)")
+      ->capture_default_str()->check(CLI::PositiveNumber)->group(l);
+  cmd->add_option("--layers", o->targets.layers, "Decoder layers to keep (those of highest block importance)")
+      ->group(l);
+  cmd->add_option("--hidden", o->targets.hidden, "Hidden channels to keep (embedding width)")->group(l);
+  cmd->add_option("--heads", o->targets.heads, "Query heads to keep per layer, whole KV groups")->group(l);
+  cmd->add_option("--intermediate", o->targets.intermediate, "MLP neurons to keep per layer")->group(l);
+  cmd->callback([&action, o, cmd] {
+    o->method_given = cmd->get_option("--method")->count() > 0;
+    action = [o] {
+      if (lm::is_lm_spec(o->model)) run_prune_lm(*o);
+      else run_prune(*o);
+    };
+  });
 }
 
 }  // namespace pare::cli

@@ -6,7 +6,6 @@
 // pare quantize LM --weight-only int4|int8 [--group 32] [--method gptq|awq|awq+gptq|rtn] --calib text:FILE
 //               [--calib-samples N] [--seq-len S] [--damp D] [--sequential] [--static-groups]
 //               --out FILE.gguf|DIR
-#include <ATen/CPUGeneratorImpl.h>
 
 #include <cstdio>
 #include <iostream>
@@ -157,13 +156,10 @@ void run_quantize_lm(const QuantizeOpts& o) {
   q.sequential = o.sequential;
   q.static_groups = o.static_groups;
   const int64_t seq = std::min(o.seq_len, m.config.max_positions);
-  const std::vector<int64_t> stream = lm::cached_tokens(*m.tok, o.calib, o.calib_split);
-  at::Tensor windows = lm::token_windows(stream, seq, o.calib).x;
-  const int64_t n = std::min<int64_t>(o.samples_given ? o.calib_samples : 32, windows.size(0));
-  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(o.seed);
-  windows = windows.index_select(0, at::randperm(windows.size(0), gen).narrow(0, 0, n));
+  const at::Tensor windows = lm::calibration_windows(*m.tok, o.calib, o.calib_split, seq,
+                                                    o.samples_given ? o.calib_samples : 32, o.seed);
   if (!o.quiet)
-    std::fprintf(stderr, "calibrating on %lld windows of %lld tokens of %s\n", static_cast<long long>(n),
+    std::fprintf(stderr, "calibrating on %lld windows of %lld tokens of %s\n", static_cast<long long>(windows.size(0)),
                  static_cast<long long>(seq), o.calib.c_str());
   const lm::LmQuantResult r = lm::quantize_weights(m, windows, q, [&](int done, int total, const std::string& name) {
     if (!o.quiet) std::fprintf(stderr, "\r%s %d/%d %s   ", q.method.c_str(), done, total, name.c_str());

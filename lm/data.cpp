@@ -1,5 +1,8 @@
 #include "lm/data.h"
 
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <algorithm>
 #include <cstdlib>
 
 #include "core/error.h"
@@ -60,6 +63,14 @@ core::TensorDataset token_windows(const std::vector<int64_t>& stream, int64_t se
   ds.y = ids.slice(0, 1, windows * seq_len + 1).view({windows, seq_len}).clone();
   ds.name = name;
   return ds;
+}
+
+at::Tensor calibration_windows(const Tokenizer& tok, const std::string& spec, const std::string& split,
+                               int64_t seq_len, int64_t count, uint64_t seed) {
+  const at::Tensor windows = token_windows(cached_tokens(tok, spec, split), seq_len, spec).x;
+  const int64_t n = std::min(count, windows.size(0));
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  return windows.index_select(0, at::randperm(windows.size(0), gen).narrow(0, 0, n));
 }
 
 }  // namespace pare::lm

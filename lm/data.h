@@ -28,4 +28,10 @@ std::vector<int64_t> cached_tokens(const Tokenizer& tok, const std::string& spec
 /// one. Throws InputError when the stream holds less than one window.
 core::TensorDataset token_windows(const std::vector<int64_t>& stream, int64_t seq_len, const std::string& name);
 
+/// `count` windows of `seq_len` tokens of `spec`'s `split` (cached_tokens), drawn at random with
+/// `seed` (all of them when there are fewer): the calibration inputs of pare quantize and pare prune,
+/// int64 [N, seq_len].
+at::Tensor calibration_windows(const Tokenizer& tok, const std::string& spec, const std::string& split,
+                               int64_t seq_len, int64_t count, uint64_t seed);
+
 }  // namespace pare::lm

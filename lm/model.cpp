@@ -9,6 +9,7 @@
 #include "core/onnx_io.h"
 #include "lm/hf.h"
 #include "lm/hf_export.h"
+#include "lm/minitron.h"
 
 namespace pare::lm {
 
@@ -27,34 +28,9 @@ bool is_lm_spec(const std::string& spec) {
 LmModel keep_layers(const LmModel& m, const std::vector<int64_t>& keep, const std::string& what,
                     const BuildOptions& opts) {
   PARE_CHECK(!keep.empty(), what, ": keep at least one layer");
-  for (size_t i = 0; i < keep.size(); ++i)
-    PARE_CHECK(keep[i] >= 0 && keep[i] < m.config.layers && (i == 0 || keep[i] > keep[i - 1]), what, " has ",
-               m.config.layers, " layers (0 to ", m.config.layers - 1, "): it has no layer ", keep[i],
-               i > 0 && keep[i] <= keep[i - 1] ? " after the ones before it (list each once, ascending)" : "");
-  LmConfig c = m.config;
-  const std::map<std::string, at::Tensor> weights = hf_tensors(m, c);
-  // Layer tensors are named <prefix><i>.<rest> ("model.layers.3.mlp.up_proj.weight").
-  const std::string pattern = c.family->names.attn_norm;
-  const std::string prefix = pattern.substr(0, pattern.find("{i}"));
-  std::map<std::string, at::Tensor> kept;
-  for (const auto& [name, t] : weights) {
-    if (name.rfind(prefix, 0) != 0) {
-      kept[name] = t;
-      continue;
-    }
-    const size_t dot = name.find('.', prefix.size());
-    const int64_t layer = std::stoll(name.substr(prefix.size(), dot - prefix.size()));
-    const auto it = std::find(keep.begin(), keep.end(), layer);
-    if (it != keep.end()) kept[prefix + std::to_string(it - keep.begin()) + name.substr(dot)] = t;
-  }
-  c.layers = static_cast<int64_t>(keep.size());
-  LmModel r;
-  r.graph = build_graph(c, kept, opts, what);
-  if (opts.dtype) c.dtype = core::dtype_name(*opts.dtype);
-  r.config = c;
-  r.tokenizer = m.tokenizer;
-  r.tok = m.tok;
-  return r;
+  Keep k;
+  k.layers = keep;
+  return slice(m, k, what, opts);
 }
 
 LmModel load_lm(const std::string& spec, const BuildOptions& opts) {

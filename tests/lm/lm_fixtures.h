@@ -53,6 +53,10 @@ inline std::map<std::string, at::Tensor> random_weights(const LmConfig& c) {
     add(p + "self_attn.q_proj.weight", {q, h}), add(p + "self_attn.k_proj.weight", {kv, h});
     add(p + "self_attn.v_proj.weight", {kv, h}), add(p + "self_attn.o_proj.weight", {h, q});
     add(p + "mlp.gate_proj.weight", {m, h}), add(p + "mlp.up_proj.weight", {m, h}), add(p + "mlp.down_proj.weight", {h, m});
+    if (c.family->qkv_bias)
+      add(p + "self_attn.q_proj.bias", {q}), add(p + "self_attn.k_proj.bias", {kv}), add(p + "self_attn.v_proj.bias", {kv});
+    if (c.family->qk_norm)
+      add(p + "self_attn.q_norm.weight", {c.head_dim}), add(p + "self_attn.k_norm.weight", {c.head_dim});
   }
   add("model.norm.weight", {h});
   if (!c.tie_embeddings) add("lm_head.weight", {c.vocab, h});

@@ -7,9 +7,11 @@
 # (they are exact). One checkpoint carries a tokenizer (byte-level BPE trained by tokenizers on the
 # fortunes): AutoTokenizer loads the exported copy and encodes as the original does. Then
 # SmolLM2-135M from its GGUF (pare dequantizes it) exported to hf: transformers' logits on 64 tokens
-# equal pare's within 1e-4 relative. Last the bad requests, each exit 2 naming what is wrong with
-# nothing written: a model that is no language model, an unknown --max-shard-size spelling, an --out
-# folder that holds something else.
+# equal pare's within 1e-4 relative. Then `pare prune --method channel` (Minitron) of four
+# families: transformers loads the smaller checkpoints with pare's logits. Last the bad requests,
+# each exit 2 naming what is wrong with nothing written: a model that is no language model, an
+# unknown --max-shard-size spelling, an --out folder that holds something else, heads that are not
+# whole query groups.
 #
 # Env: PARE (the binary), PARE_PYTHON. Without torch, transformers, tokenizers, accelerate or the
 # SmolLM2 GGUF the test fails under make test and CI, and skips otherwise (tests/peers.sh).
@@ -119,6 +121,51 @@ PYEOF
 else
   echo "FAIL smollm2: $(head -c 1500 "$tmp/log.txt")"; failures+=("smollm2 export")
 fi
+
+# Minitron: `pare prune --method channel` ranks heads, neurons, hidden channels and layers on text and
+# writes a smaller checkpoint of the same family, which transformers loads (nothing missing or
+# mismatched) and runs to pare's logits within 1e-4: Llama with GQA (whole KV groups), Qwen2 (q/k/v
+# biases), Qwen3 (q/k norms; head_dim stays 16 while hidden becomes 40) and GPT-2 (Conv1D: layers
+# and MLP width only). The calibration text is read with the llama case's tokenizer (vocabulary 256,
+# every case's).
+mkdir "$tmp/pruned"
+for case in "llama --heads 2 --hidden 40 --intermediate 48 --layers 1" \
+            "qwen2 --heads 2 --hidden 40 --intermediate 48" "qwen3 --heads 2 --hidden 40 --layers 1" \
+            "gpt2 --intermediate 48 --layers 1"; do
+  read -r name args <<<"$case"
+  src="$tmp/prune-src/$name" out="$tmp/pruned/$name"
+  mkdir -p "$src" && cp "$tmp/src/$name/"* "$tmp/src/llama/"tok*.json "$src/"
+  # shellcheck disable=SC2086  # args are flags
+  if ! "$PARE" prune "hf:$src" --calib-data text:/usr/share/games/fortunes/fortunes --calib-samples 8 --seq-len 32 \
+         $args --out "$out" >"$tmp/log.txt" 2>&1 ||
+     ! "$PARE" run "hf:$out" -i "input_ids=$src/ids.npy" -o "logits=$out.npy" >/dev/null 2>>"$tmp/log.txt"; then
+    echo "FAIL prune $name: $(head -c 1500 "$tmp/log.txt")"; failures+=("prune $name"); continue
+  fi
+  "$PY" - "$out" "$src" "$args" <<'PYEOF' 2>>"$tmp/log.txt" || { failures+=("prune $name"); head -c 999 "$tmp/log.txt"; }
+import sys, numpy as np, torch, transformers as tf
+out, src, args = sys.argv[1:]
+model, info = tf.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32, output_loading_info=True)
+ids, lengths = torch.from_numpy(np.load(f"{src}/ids.npy")), np.load(f"{src}/lengths.npy")
+mask = (torch.arange(ids.shape[1])[None, :] < torch.from_numpy(lengths)[:, None]).long()
+with torch.no_grad():
+    ref = model.eval()(input_ids=ids, attention_mask=mask).logits.numpy()
+got = np.load(out + ".npy")
+err = max(np.abs(ref[i, :n] - got[i, :n]).max() for i, n in enumerate(lengths))
+before = sum(p.numel() for p in tf.AutoModelForCausalLM.from_pretrained(src).parameters())
+after = sum(p.numel() for p in model.parameters())
+problems = {k: v for k, v in info.items() if v}
+ok = err <= 1e-4 and not problems and after < before
+print(f"{'ok  ' if ok else 'FAIL'} pare prune {args}: {type(model).__name__} of {after} parameters "
+      f"(from {before}), transformers against pare max |logit diff| {err:.2e}{' ' + str(problems) if problems else ''}")
+sys.exit(0 if ok else 1)
+PYEOF
+done
+rc=0
+"$PARE" prune "hf:$tmp/prune-src/llama" --calib-data text:/usr/share/games/fortunes/fortunes --heads 3 \
+  --out "$tmp/pruned/bad" >/dev/null 2>"$tmp/err.txt" || rc=$?
+if ((rc == 2)) && grep -q -- "--heads 3 must keep whole query groups (a multiple of 2)" "$tmp/err.txt" &&
+   [[ ! -e "$tmp/pruned/bad" ]]; then echo "ok   bad prune heads: $(head -c 300 "$tmp/err.txt")"
+else echo "FAIL bad prune heads: exit $rc, $(head -c 500 "$tmp/err.txt")"; failures+=("bad prune"); fi
 
 # Bad requests: exit 2, the message names the problem, nothing written.
 bad() {  # NAME REGEX OUT ARGS...
