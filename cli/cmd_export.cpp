@@ -77,7 +77,14 @@ void run_export(const ExportArgs& a) {
   exporter::ExportOptions opts;
   opts.target(exporter::parse_target(a.target)).sparse(exporter::parse_sparse_mode(a.sparse.empty() ? "auto" : a.sparse));
   for (const auto& [key, value] : metadata_pairs(a)) opts.metadata(key, value);
-  const core::Graph g = core::load_model(a.model);
+  core::Graph g;
+  if (lm::is_lm_spec(a.model)) {  // with its config and tokenizer, so that pare reads the file back as one
+    lm::LmModel m = lm::load_lm(a.model);
+    for (auto& [key, value] : lm::onnx_metadata(m)) m.graph.metadata[key] = value;
+    g = std::move(m.graph);
+  } else {
+    g = core::load_model(a.model);
+  }
   print_result(a, exporter::export_model(g, a.out, opts));
 }
 

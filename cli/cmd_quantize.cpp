@@ -6,6 +6,7 @@
 // pare quantize LM --weight-only int4|int8 [--group 32] [--method gptq|awq|awq+gptq|rtn] --calib text:FILE
 //               [--calib-samples N] [--seq-len S] [--damp D] [--sequential] [--static-groups]
 //               --out FILE.gguf|DIR
+// pare quantize LM --calib text:FILE [--smoothquant ALPHA] [--method minmax|percentile|...] --out FILE.onnx  (W8A8)
 
 #include <cstdio>
 #include <iostream>
@@ -23,6 +24,7 @@
 #include "lm/data.h"
 #include "lm/gguf_export.h"
 #include "lm/hf_export.h"
+#include "lm/text.h"
 #include "lm/weight_quant.h"
 #include "quantize/weight_only.h"
 
@@ -36,7 +38,8 @@ struct QuantizeOpts {
   int64_t calib_samples = 512, batch_size = 256, group = 32, seq_len = 512;
   double damp = 0.01;
   bool sequential = false, static_groups = false;
-  bool method_given = false, samples_given = false;  // a language model's defaults differ
+  bool method_given = false, samples_given = false, batch_size_given = false;  // a language model's defaults differ
+  double smoothquant = -1;  // a language model's W8A8: SmoothQuant's alpha first (< 0: none)
   uint64_t seed = 0;
   double percentile = 99.99;
   bool per_channel = false, per_tensor = false, keep_first = false, keep_last = false;
@@ -134,46 +137,6 @@ void run_weight_only(const QuantizeOpts& o) {
   if (!o.quiet) std::fprintf(stderr, "wrote %s\n", o.out.c_str());
 }
 
-// A language model: RTN or GPTQ of its linear weights calibrated on text (lm/weight_quant.h), written
-// as a GGUF file (group 32: the codes as Q4_0/Q8_0 blocks, unchanged) or a Hugging Face folder.
-void run_quantize_lm(const QuantizeOpts& o) {
-  PARE_CHECK(!o.qat && !o.dynamic, "--qat and --dynamic take ONNX models; a language model takes --weight-only "
-             "int4|int8 with --method rtn|gptq|awq|awq+gptq");
-  PARE_CHECK(o.weight_only == "int4" || o.weight_only == "int8", "a language model is quantized with --weight-only "
-             "int4 or int8 (its linear weights; activations stay fp32)", o.weight_only.empty() ? "" : ", not '" + o.weight_only + "'");
-  PARE_CHECK(!o.calib.empty(), "--calib text:FILE (or jsonl:FILE) is the calibration text GPTQ and AWQ need (RTN "
-             "too, for its report)");
-  lm::LmModel m = lm::load_lm(o.model);
-  PARE_CHECK(m.tok != nullptr, o.model, ": the model has no tokenizer to read the calibration text with");
-  const bool gguf = o.out.size() > 5 && o.out.compare(o.out.size() - 5, 5, ".gguf") == 0;
-  PARE_CHECK(!gguf || o.group == 32, "--out ", o.out, ": a GGUF file holds int4 and int8 in blocks of 32 (Q4_0, Q8_0), "
-             "so --group ", o.group, " is written as a Hugging Face folder (give --out DIR)");
-  lm::LmQuantOptions q;
-  q.bits = o.weight_only == "int4" ? 4 : 8;
-  q.group = o.group;
-  q.method = o.method_given ? o.method : "gptq";
-  q.gptq.damp = o.damp;
-  q.sequential = o.sequential;
-  q.static_groups = o.static_groups;
-  const int64_t seq = std::min(o.seq_len, m.config.max_positions);
-  const at::Tensor windows = lm::calibration_windows(*m.tok, o.calib, o.calib_split, seq,
-                                                    o.samples_given ? o.calib_samples : 32, o.seed);
-  if (!o.quiet)
-    std::fprintf(stderr, "calibrating on %lld windows of %lld tokens of %s\n", static_cast<long long>(windows.size(0)),
-                 static_cast<long long>(seq), o.calib.c_str());
-  const lm::LmQuantResult r = lm::quantize_weights(m, windows, q, [&](int done, int total, const std::string& name) {
-    if (!o.quiet) std::fprintf(stderr, "\r%s %d/%d %s   ", q.method.c_str(), done, total, name.c_str());
-  });
-  if (!o.quiet) std::fprintf(stderr, "\n");
-  if (!o.report.empty()) write_file_atomic(o.report, to_json(r).dump(2) + "\n");
-  auto print = [&](const auto& written) {
-    if (o.json) std::cout << nlohmann::json{{"quantization", to_json(r)}, {"written", to_json(written)}}.dump(2) << "\n";
-    else std::cout << to_text(r) << to_text(written);
-  };
-  if (gguf) print(lm::save_gguf(m, o.out, lm::GgufExportOptions().type(r.type).blocks(r.blocks)));
-  else print(lm::save_hf(m, o.out));
-}
-
 // The static quantization options from the flags.
 quantize::PtqOptions ptq_options(const QuantizeOpts& o) {
   PARE_CHECK(!o.calib.empty(), "--calib is required for static quantization and --qat (or use --dynamic "
@@ -197,6 +160,87 @@ quantize::PtqOptions ptq_options(const QuantizeOpts& o) {
   PARE_CHECK(o.calib_samples >= 1, "--calib-samples must be at least 1, got ", o.calib_samples);
   if (!o.quiet) opts.progress([](const std::string& s) { std::fprintf(stderr, "%s\n", s.c_str()); });
   return opts;
+}
+
+// The calibration windows of a language model's quantization, said on stderr.
+at::Tensor lm_calibration(const QuantizeOpts& o, const lm::LmModel& m) {
+  PARE_CHECK(m.tok != nullptr, o.model, ": the model has no tokenizer to read the calibration text with");
+  const int64_t seq = std::min(o.seq_len, m.config.max_positions);
+  const at::Tensor windows = lm::calibration_windows(*m.tok, o.calib, o.calib_split, seq,
+                                                    o.samples_given ? o.calib_samples : 32, o.seed);
+  if (!o.quiet)
+    std::fprintf(stderr, "calibrating on %lld windows of %lld tokens of %s\n", static_cast<long long>(windows.size(0)),
+                 static_cast<long long>(seq), lm::short_text_spec(o.calib).c_str());
+  return windows;
+}
+
+// A language model to W8A8 (SmoothQuant's setting): --smoothquant ALPHA first when given, then static
+// int8 weights and linear-layer inputs, written as an ONNX QDQ file that `pare eval` reads back.
+void run_w8a8_lm(const QuantizeOpts& o) {
+  PARE_CHECK(o.out.size() > 5 && o.out.compare(o.out.size() - 5, 5, ".onnx") == 0, "--out ", o.out, ": W8A8 (int8 "
+             "activations) is written as an ONNX QDQ file (FILE.onnx); GGUF and Hugging Face folders hold weights only "
+             "(give --weight-only int4|int8 for those)");
+  PARE_CHECK(o.method == "minmax" || o.method == "percentile" || o.method == "entropy" || o.method == "mse",
+             "--method for W8A8 calibrates the activations' ranges: minmax, percentile, entropy or mse, not '",
+             o.method, "' (gptq, awq and rtn round weights: give --weight-only)");
+  lm::BuildOptions fp32;
+  fp32.dtype = at::kFloat;
+  lm::LmModel m = lm::load_lm(o.model, fp32);
+  const at::Tensor windows = lm_calibration(o, m);
+  nlohmann::json report;
+  if (o.smoothquant >= 0) {
+    const lm::LmSmoothResult smooth = lm::smooth_activations(m, windows, o.smoothquant);
+    if (!o.json) std::cout << to_text(smooth);
+    report["smoothquant"] = to_json(smooth);
+  }
+  quantize::PtqOptions opts = ptq_options(o);
+  opts.batch_size(o.batch_size_given ? o.batch_size : 1).calib_name("--calib " + lm::short_text_spec(o.calib));
+  const quantize::PtqResult r = lm::quantize_w8a8(m, windows, opts);
+  core::save_onnx(r.graph, o.out);
+  report["quantization"] = nlohmann::json::parse(r.report.to_json());
+  if (!o.report.empty()) write_file_atomic(o.report, report.dump(2) + "\n");
+  if (o.json) std::cout << report.dump(2) << "\n";
+  else std::cout << r.report.to_text();
+  if (!o.quiet) std::fprintf(stderr, "wrote %s\n", o.out.c_str());
+}
+
+// A language model: RTN, GPTQ or AWQ of its linear weights calibrated on text (lm/weight_quant.h),
+// written as a GGUF file (group 32: the codes as Q4_0/Q8_0 blocks, unchanged) or a Hugging Face
+// folder; without --weight-only, W8A8.
+void run_quantize_lm(const QuantizeOpts& o) {
+  PARE_CHECK(!o.qat && !o.dynamic, "--qat and --dynamic take ONNX models; a language model takes --weight-only "
+             "int4|int8 with --method rtn|gptq|awq|awq+gptq, or W8A8 (static, with --smoothquant ALPHA) into "
+             "FILE.onnx");
+  PARE_CHECK(!o.calib.empty(), "--calib text:FILE (or jsonl:FILE) is the calibration text a language model's "
+             "quantization needs (RTN too, for its report)");
+  if (o.weight_only.empty()) return run_w8a8_lm(o);
+  PARE_CHECK(o.weight_only == "int4" || o.weight_only == "int8", "a language model is quantized with --weight-only "
+             "int4 or int8 (its linear weights; activations stay fp32), not '", o.weight_only, "'");
+  PARE_CHECK(o.smoothquant < 0, "--smoothquant goes with W8A8 (no --weight-only): it moves activation outliers into "
+             "the weights so that the activations quantize");
+  lm::LmModel m = lm::load_lm(o.model);
+  const bool gguf = o.out.size() > 5 && o.out.compare(o.out.size() - 5, 5, ".gguf") == 0;
+  PARE_CHECK(!gguf || o.group == 32, "--out ", o.out, ": a GGUF file holds int4 and int8 in blocks of 32 (Q4_0, Q8_0), "
+             "so --group ", o.group, " is written as a Hugging Face folder (give --out DIR)");
+  lm::LmQuantOptions q;
+  q.bits = o.weight_only == "int4" ? 4 : 8;
+  q.group = o.group;
+  q.method = o.method_given ? o.method : "gptq";
+  q.gptq.damp = o.damp;
+  q.sequential = o.sequential;
+  q.static_groups = o.static_groups;
+  const at::Tensor windows = lm_calibration(o, m);
+  const lm::LmQuantResult r = lm::quantize_weights(m, windows, q, [&](int done, int total, const std::string& name) {
+    if (!o.quiet) std::fprintf(stderr, "\r%s %d/%d %s   ", q.method.c_str(), done, total, name.c_str());
+  });
+  if (!o.quiet) std::fprintf(stderr, "\n");
+  if (!o.report.empty()) write_file_atomic(o.report, to_json(r).dump(2) + "\n");
+  auto print = [&](const auto& written) {
+    if (o.json) std::cout << nlohmann::json{{"quantization", to_json(r)}, {"written", to_json(written)}}.dump(2) << "\n";
+    else std::cout << to_text(r) << to_text(written);
+  };
+  if (gguf) print(lm::save_gguf(m, o.out, lm::GgufExportOptions().type(r.type).blocks(r.blocks)));
+  else print(lm::save_hf(m, o.out));
 }
 
 // Static quantization (and --qat): calibrate on a seeded subset of --calib, then write QDQ.
@@ -261,6 +305,49 @@ void add_qat_options(CLI::App* cmd, QuantizeOpts& o, CLI::Option* dynamic) {
   cmd->add_flag("--no-val", o.run.no_val, "Skip evaluation after each epoch")->group(qg)->needs(qat);
 }
 
+// `pare quantize --help`'s closing text.
+constexpr const char* kFooter =
+    "Weights: symmetric int8, per output channel unless --per-tensor; biases int32 (scale = "
+    "input scale * weight scale). Activations: the inputs and (Relu/Clip-fused) outputs of "
+    "Conv/Gemm/MatMul, uint8 asymmetric by default. Shape-only ops (MaxPool, Flatten, Reshape, "
+    "...) keep their input's scale; other ops run in fp32 on dequantized values.\n"
+    "--qat trains the fake-quant model (BatchNorm folded first, so training adjusts the weights "
+    "that get quantized) with the straight-through estimator, distilling from --teacher when "
+    "given, and writes the same QDQ form as static quantization.\n"
+    "Example: pare quantize cnn.onnx --calib fashion-mnist --method mse --out cnn.int8.onnx\n"
+    "Example: pare quantize mlp.onnx --calib fashion-mnist --weight-bits 4 --per-tensor --qat "
+    "--teacher cnn.onnx --epochs 2 --out mlp.w4.onnx\n"
+    "A language model (hf:DIR, gguf:FILE): --weight-only int4|int8 quantizes the decoder layers' linear weights on "
+    "ggml's Q4_0/Q8_0 grid per --group of input columns, by GPTQ (error feedback through the calibration "
+    "inputs' Hessian), AWQ (input channels scaled by their mean |x|^alpha, the inverse folded into the norm or "
+    "linear before, then clipped RTN) or RTN; group 32 writes the codes into a GGUF file unchanged.\n"
+    "Example: pare quantize gguf:smollm2.gguf --weight-only int4 --method awq --calib text:fortunes.txt "
+    "--out smollm2.q4_0.gguf\n"
+    "Without --weight-only a language model goes W8A8 into an ONNX QDQ file: int8 weights per output channel, "
+    "each decoder linear layer's input int8 with a scale calibrated by --method (minmax, percentile, entropy, "
+    "mse), its output left dequantized; embedding, head, norms and attention fp32. --smoothquant ALPHA first moves "
+    "activation outliers into the weights (the inverse folded into the norm or linear before). `pare eval` reads "
+    "the file back (its metadata holds the config and tokenizer); ONNX Runtime runs it.\n"
+    "Example: pare quantize hf:teacher --smoothquant 0.5 --calib text:fortunes.txt --out teacher.w8a8.onnx";
+
+// A language model's options: its calibration windows, GPTQ's and SmoothQuant's.
+void add_lm_options(CLI::App* cmd, QuantizeOpts& o) {
+  cmd->add_option("--seq-len", o.seq_len, "A language model's calibration window, in tokens (at most its context)")
+      ->capture_default_str();
+  cmd->add_option("--damp", o.damp, "GPTQ: added to the Hessian's diagonal, times its mean")->capture_default_str();
+  cmd->add_flag("--sequential", o.sequential,
+                "A language model: each decoder layer calibrated on the model whose earlier layers are quantized "
+                "already (a pass per layer) instead of all from one pass");
+  cmd->add_option("--smoothquant", o.smoothquant,
+                  "A language model's W8A8 (no --weight-only, --out FILE.onnx): SmoothQuant's migration strength "
+                  "alpha in [0, 1] (0.5 in the paper): each linear layer's input channels divided by "
+                  "max|x|^alpha / max|w|^(1-alpha), its weights' columns multiplied, before quantization")
+      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_flag("--static-groups", o.static_groups,
+                "GPTQ: each group's scale fixed from the original weights before GPTQ starts, instead of from the "
+                "weights as GPTQ has updated them when it reaches the group");
+}
+
 }  // namespace
 
 void add_quantize(CLI::App& app, Action& action) {
@@ -288,15 +375,7 @@ void add_quantize(CLI::App& app, Action& action) {
                                   "Calibration samples, drawn at random (seeded) from the split (a language model: "
                                   "windows of --seq-len tokens, default 32)")
       ->capture_default_str();
-  cmd->add_option("--seq-len", o->seq_len, "A language model's calibration window, in tokens (at most its context)")
-      ->capture_default_str();
-  cmd->add_option("--damp", o->damp, "GPTQ: added to the Hessian's diagonal, times its mean")->capture_default_str();
-  cmd->add_flag("--sequential", o->sequential,
-                "A language model: each decoder layer calibrated on the model whose earlier layers are quantized "
-                "already (a pass per layer) instead of all from one pass");
-  cmd->add_flag("--static-groups", o->static_groups,
-                "GPTQ: each group's scale fixed from the original weights before GPTQ starts, instead of from the "
-                "weights as GPTQ has updated them when it reaches the group");
+  add_lm_options(cmd, *o);
   cmd->add_option("--seed", o->seed, "Seed for drawing the calibration samples")->capture_default_str();
   auto* method = cmd->add_option("--method", o->method,
                                  "Activation range calibration: minmax, percentile, entropy (KL) or mse; a language "
@@ -326,7 +405,9 @@ void add_quantize(CLI::App& app, Action& action) {
   cmd->add_flag("--no-fold-bn", o->no_fold_bn, "Do not fold BatchNorm into the preceding Conv/Gemm");
   cmd->add_option("--normalize", o->normalize,
                   "MEAN,STD applied to the calibration inputs (default: what the model's metadata records)");
-  cmd->add_option("--batch-size,-b", o->batch_size, "Samples per calibration forward")->capture_default_str();
+  auto* batch = cmd->add_option("--batch-size,-b", o->batch_size,
+                                "Samples per calibration forward (a language model's W8A8: windows, default 1)")
+                    ->capture_default_str();
   cmd->add_option("--report", o->report, "Write the per-layer report (scales, zero points, SQNR) as JSON here");
   cmd->add_flag("--json", o->json, "Print the report as JSON on stdout instead of a table");
   cmd->add_option("--threads", o->threads, "Intra-op threads (0: libtorch's default)");
@@ -334,26 +415,11 @@ void add_quantize(CLI::App& app, Action& action) {
   cmd->add_option("--out,-o", o->out, "Where to write the quantized ONNX model (a language model: FILE.gguf, or a "
                   "Hugging Face folder of the quantized values)")->required();
   add_qat_options(cmd, *o, dyn);
-  cmd->footer(
-      "Weights: symmetric int8, per output channel unless --per-tensor; biases int32 (scale = "
-      "input scale * weight scale). Activations: the inputs and (Relu/Clip-fused) outputs of "
-      "Conv/Gemm/MatMul, uint8 asymmetric by default. Shape-only ops (MaxPool, Flatten, Reshape, "
-      "...) keep their input's scale; other ops run in fp32 on dequantized values.\n"
-      "--qat trains the fake-quant model (BatchNorm folded first, so training adjusts the weights "
-      "that get quantized) with the straight-through estimator, distilling from --teacher when "
-      "given, and writes the same QDQ form as static quantization.\n"
-      "Example: pare quantize cnn.onnx --calib fashion-mnist --method mse --out cnn.int8.onnx\n"
-      "Example: pare quantize mlp.onnx --calib fashion-mnist --weight-bits 4 --per-tensor --qat "
-      "--teacher cnn.onnx --epochs 2 --out mlp.w4.onnx\n"
-      "A language model (hf:DIR, gguf:FILE): --weight-only int4|int8 quantizes the decoder layers' linear weights on "
-      "ggml's Q4_0/Q8_0 grid per --group of input columns, by GPTQ (error feedback through the calibration "
-      "inputs' Hessian), AWQ (input channels scaled by their mean |x|^alpha, the inverse folded into the norm or "
-      "linear before, then clipped RTN) or RTN; group 32 writes the codes into a GGUF file unchanged.\n"
-      "Example: pare quantize gguf:smollm2.gguf --weight-only int4 --method awq --calib text:fortunes.txt "
-      "--out smollm2.q4_0.gguf");
-  cmd->callback([&action, o, method, samples] {
+  cmd->footer(kFooter);
+  cmd->callback([&action, o, method, samples, batch] {
     o->method_given = method->count() > 0;
     o->samples_given = samples->count() > 0;
+    o->batch_size_given = batch->count() > 0;
     action = [o] {
       train::set_threads(o->threads);
       if (lm::is_lm_spec(o->model)) run_quantize_lm(*o);

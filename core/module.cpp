@@ -80,6 +80,14 @@ void Module::compile() {
   for (auto& [k, t] : graph_.initializers)
     if (!consts_[slot_of(k)].defined()) consts_[slot_of(k)] = t;
   for (auto& o : graph_.outputs) output_slots_.push_back(slot_of(o.name));
+  // Each intermediate value's last reader drops it: a forward holds the live values, not all of them.
+  std::vector<int> last_reader(slot_.size(), -1);
+  for (size_t i = 0; i < steps_.size(); ++i)
+    for (int in : steps_[i].in)
+      if (in >= 0) last_reader[in] = static_cast<int>(i);
+  for (int o : output_slots_) last_reader[o] = -1;
+  for (size_t v = 0; v < last_reader.size(); ++v)
+    if (last_reader[v] >= 0 && !consts_[v].defined()) steps_[last_reader[v]].release.push_back(static_cast<int>(v));
   refresh_ties();
 }
 
@@ -91,7 +99,8 @@ void Module::refresh_ties() {
   }
 }
 
-void Module::run(const std::vector<at::Tensor>& inputs, std::vector<at::Tensor>& slots, size_t steps) {
+void Module::run(const std::vector<at::Tensor>& inputs, std::vector<at::Tensor>& slots, size_t steps,
+                 const std::unordered_set<int>* keep) {
   PARE_CHECK(inputs.size() == graph_.inputs.size(), "model '", graph_.name, "' takes ",
              graph_.inputs.size(), " input(s), got ", inputs.size());
   slots = consts_;
@@ -152,6 +161,8 @@ void Module::run(const std::vector<at::Tensor>& inputs, std::vector<at::Tensor>&
         o = o.contiguous(memory_format_);
       slots[s.out[i]] = std::move(o);
     }
+    for (int r : s.release)
+      if (!keep || !keep->count(r)) slots[r].reset();
   }
 }
 
@@ -182,7 +193,7 @@ std::unordered_map<std::string, at::Tensor> Module::forward_until(const std::vec
     for (int o : steps_[i].out)
       if (wanted.count(o)) last = i + 1;
   std::vector<at::Tensor> slots;
-  run(inputs, slots, last);
+  run(inputs, slots, last, &wanted);
   std::unordered_map<std::string, at::Tensor> r;
   for (auto& n : names) r[n] = slots[slot_of(n)];
   return r;

@@ -17,6 +17,7 @@
 #include <functional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "core/graph.h"
@@ -89,14 +90,17 @@ class Module {
     const Node* node;
     std::vector<int> in;   // slot per input, -1 for omitted
     std::vector<int> out;  // slot per output, -1 for omitted
+    std::vector<int> release;  // values no later step reads (nor the graph outputs): dropped after it
   };
   void compile();
   // Replaces the constants `select` picks by `convert(constant)`, keeping requires_grad, and
   // refreshes parameters() (they are among the constants).
   void replace_consts(const std::function<bool(const at::Tensor&)>& select,
                       const std::function<at::Tensor(const at::Tensor&)>& convert);
-  // Runs the plan's first `steps` steps (all by default).
-  void run(const std::vector<at::Tensor>& inputs, std::vector<at::Tensor>& slots, size_t steps = SIZE_MAX);
+  // Runs the plan's first `steps` steps (all by default). Each intermediate value is dropped after
+  // the last step that reads it (autograd keeps what backward needs), except the slots in `keep`.
+  void run(const std::vector<at::Tensor>& inputs, std::vector<at::Tensor>& slots, size_t steps = SIZE_MAX,
+           const std::unordered_set<int>* keep = nullptr);
   int slot_of(const std::string& name) const;
 
   // A tied initializer (Graph::tied_initializers): the view's geometry over its base's storage.

@@ -19,6 +19,26 @@ bool is_gguf_path(const std::string& path) {
   return path.size() > 5 && path.compare(path.size() - 5, 5, ".gguf") == 0 && file_exists(path);
 }
 
+constexpr const char* kConfigKey = "pare.lm.config";
+constexpr const char* kTokenizerKey = "pare.lm.tokenizer";
+
+// A language model pare wrote as ONNX: the graph as it is, the config and tokenizer from its metadata.
+LmModel load_onnx_lm(const std::string& path, const BuildOptions& opts) {
+  PARE_CHECK(!opts.kv_cache, path, ": an ONNX language model has no KV-cache graph to generate with (give the "
+             "hf:DIR or gguf:FILE it was made from)");
+  LmModel m;
+  m.graph = core::load_onnx(path);
+  const auto config = m.graph.metadata.find(kConfigKey);
+  PARE_CHECK(config != m.graph.metadata.end(), path, ": no '", kConfigKey, "' in its metadata, so no language model "
+             "(pare export --target onnx and pare quantize of hf:DIR or gguf:FILE write it)");
+  m.config = parse_hf_config_text(config->second, path + " (metadata " + kConfigKey + ")");
+  const auto tok = m.graph.metadata.find(kTokenizerKey);
+  if (tok != m.graph.metadata.end())
+    m.tok = std::make_shared<const Tokenizer>(
+        Tokenizer::from_json_text(tok->second, path + " (metadata " + kTokenizerKey + ")"));
+  return m;
+}
+
 }  // namespace
 
 bool is_lm_spec(const std::string& spec) {
@@ -38,8 +58,10 @@ LmModel load_lm(const std::string& spec, const BuildOptions& opts) {
     if (spec.rfind("hf:", 0) == 0) return load_hf(spec.substr(3), opts);
     if (spec.rfind("gguf:", 0) == 0) return load_gguf(spec.substr(5), opts);
     if (is_gguf_path(spec)) return load_gguf(spec, opts);
+    if (spec.size() > 5 && spec.compare(spec.size() - 5, 5, ".onnx") == 0 && file_exists(spec))
+      return load_onnx_lm(spec, opts);
     PARE_CHECK(is_hf_dir(spec), "'", spec, "' is no language model (expected hf:DIR, gguf:FILE, a folder holding "
-               "config.json or a .gguf file)");
+               "config.json, a .gguf file or an .onnx file pare quantize wrote of one)");
     return load_hf(spec, opts);
   }();
   if (opts.dtype) m.config.dtype = core::dtype_name(*opts.dtype);  // the type the graph was built in
@@ -114,6 +136,12 @@ std::string summary_text(const nlohmann::json& s) {
     os << line;
   }
   return os.str();
+}
+
+std::map<std::string, std::string> onnx_metadata(const LmModel& m) {
+  std::map<std::string, std::string> out{{kConfigKey, hf_config_json(m.config)}};
+  if (m.tok) out[kTokenizerKey] = m.tokenizer.empty() ? tokenizer_json(m.tok->model()) : read_file(m.tokenizer);
+  return out;
 }
 
 void register_model_sources() {

@@ -6,6 +6,7 @@
 //   lm::LmModel g = lm::load_lm("hf:ckpt", lm::BuildOptions{true});  // with the KV cache
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -34,9 +35,14 @@ bool is_lm_spec(const std::string& spec);
 /// and the key or tensor pare does not support.
 LmModel load_gguf(const std::string& path, const BuildOptions& opts = {});
 
-/// Loads the language model `spec` names; with opts.dtype its config says that type. Throws
-/// InputError naming the source when it is none.
+/// Loads the language model `spec` names; with opts.dtype its config says that type. Also an ONNX
+/// file that carries onnx_metadata (`pare export LM --target onnx`, pare quantize's W8A8 of one):
+/// its graph as it is, without a KV cache. Throws InputError naming the source when it is none.
 LmModel load_lm(const std::string& spec, const BuildOptions& opts = {});
+
+/// The metadata that makes an ONNX file of `m`'s graph a language model load_lm reads back:
+/// "pare.lm.config" (config.json's text) and "pare.lm.tokenizer" (tokenizer.json's, when m has one).
+std::map<std::string, std::string> onnx_metadata(const LmModel& m);
 
 /// `m` with only the decoder layers `keep` (ascending indices), renumbered from 0, with their weights;
 /// the embeddings, final norm, head and tokenizer as in `m`: a depth-pruned student

@@ -39,20 +39,27 @@ int64_t layer_of(const std::string& name) {
 struct InputStats {
   at::Tensor h;         // X^T X [in, in]
   at::Tensor abs_mean;  // mean |x| per channel [in]
+  at::Tensor abs_max;   // max |x| per channel [in] (SmoothQuant's statistic)
 };
 
-// The statistics of each input value over the windows, from one pass of `model` (which reads m's weights).
+// The statistics of each input value over the windows, from one pass of `model` (which reads m's weights);
+// without `hessian`, only mean and max |x| (SmoothQuant needs no X^T X).
 std::map<std::string, InputStats> input_stats(core::Module& model, const at::Tensor& windows,
-                                              const std::vector<std::string>& inputs) {
+                                              const std::vector<std::string>& inputs, bool hessian = true) {
   std::map<std::string, InputStats> stats;
   at::NoGradGuard no_grad;
   for (int64_t i = 0; i < windows.size(0); ++i) {
     auto values = model.forward_until({windows.narrow(0, i, 1)}, inputs);
     for (const std::string& name : inputs) {
-      const at::Tensor& x = values.at(name);
-      InputStats one{quantize::hessian(x), x.reshape({-1, x.size(-1)}).abs().sum(0, false, at::kDouble)};
+      const at::Tensor x = values.at(name).reshape({-1, values.at(name).size(-1)}).abs();
+      InputStats one{hessian ? quantize::hessian(values.at(name)) : at::Tensor(), x.sum(0, false, at::kDouble),
+                     x.amax(0).to(at::kFloat)};
       auto [it, fresh] = stats.emplace(name, one);
-      if (!fresh) it->second.h.add_(one.h), it->second.abs_mean.add_(one.abs_mean);
+      if (fresh) continue;
+      InputStats& s = it->second;
+      if (hessian) s.h.add_(one.h);
+      s.abs_mean.add_(one.abs_mean);
+      at::max_out(s.abs_max, s.abs_max, one.abs_max);
     }
   }
   for (auto& [name, s] : stats) s.abs_mean = (s.abs_mean / static_cast<double>(windows.numel())).to(at::kFloat);
@@ -102,15 +109,10 @@ Fold fold_of(const LmModel& m, const std::string& weight) {
   return {};
 }
 
-// AWQ's scales for one group: its weights' columns times s, the folded tensors' outputs divided by
-// s, its input statistics those of the input divided by s. Returns the search's choice (none without a fold).
-quantize::AwqScale scale_group(LmModel& m, const std::vector<std::string>& names, InputStats& stats,
-                               const LmQuantOptions& opts) {
-  const Fold fold = fold_of(m, names.front());
-  if (fold.tensors.empty()) return {};
-  const std::vector<at::Tensor> parts = rows_of(m, names);
-  const quantize::AwqScale a = quantize::awq_scale(at::cat(parts, 0), stats.abs_mean, stats.h, opts.bits, opts.group);
-  const at::Tensor& s = a.scales;
+// Scales a group's input channels by s: its weights' columns times s, the folded tensors' outputs
+// divided by s, its input statistics those of the input divided by s. The model keeps its function.
+void apply_scales(LmModel& m, const std::vector<std::string>& names, const Fold& fold, const at::Tensor& s,
+                  InputStats& stats) {
   for (const std::string& name : names) {
     at::Tensor w = m.graph.initializers.at(name);  // [in, out]
     w.mul_(s.to(w.scalar_type()).unsqueeze(1));
@@ -119,8 +121,19 @@ quantize::AwqScale scale_group(LmModel& m, const std::vector<std::string>& names
     at::Tensor t = m.graph.initializers.at(name);  // a norm's [hidden], a linear's [in, out] or its bias [out]
     t.narrow(t.dim() - 1, fold.offset, s.size(0)).div_(s.to(t.scalar_type()));
   }
-  stats.h.div_(s.unsqueeze(1) * s.unsqueeze(0));
+  if (stats.h.defined()) stats.h.div_(s.unsqueeze(1) * s.unsqueeze(0));
   stats.abs_mean.div_(s);
+  stats.abs_max.div_(s);
+}
+
+// AWQ's scales for one group, applied. Returns the search's choice (none without a fold).
+quantize::AwqScale scale_group(LmModel& m, const std::vector<std::string>& names, InputStats& stats,
+                               const LmQuantOptions& opts) {
+  const Fold fold = fold_of(m, names.front());
+  if (fold.tensors.empty()) return {};
+  const quantize::AwqScale a =
+      quantize::awq_scale(at::cat(rows_of(m, names), 0), stats.abs_mean, stats.h, opts.bits, opts.group);
+  apply_scales(m, names, fold, a.scales, stats);
   return a;
 }
 
@@ -218,6 +231,83 @@ LmQuantResult quantize_weights(LmModel& m, const at::Tensor& windows, const LmQu
   r.calib_tokens = windows.numel();
   r.quant_seconds = quant_seconds;
   return r;
+}
+
+LmSmoothResult smooth_activations(LmModel& m, const at::Tensor& windows, double alpha) {
+  PARE_CHECK(alpha >= 0 && alpha <= 1, "--smoothquant takes an alpha in [0, 1], got ", alpha);
+  PARE_CHECK(windows.defined() && windows.dim() == 2 && windows.size(0) > 0, "no calibration windows");
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto groups = linears_by_input(m);
+  std::vector<std::string> inputs;
+  for (const auto& g : groups) inputs.push_back(g.first);
+  core::Module model(m.graph, core::Module::Use::kFrozen);
+  std::map<std::string, InputStats> stats = input_stats(model, windows, inputs, /*hessian=*/false);
+  LmSmoothResult r;
+  r.alpha = alpha;
+  for (const auto& [input, names] : groups) {
+    InputStats& st = stats.at(input);
+    LmSmoothGroup g{names, st.abs_max.max().item<double>(), 0, 1, 1};
+    const Fold fold = fold_of(m, names.front());
+    if (!fold.tensors.empty()) {
+      // SmoothQuant's s = max|x|^alpha / max|w|^(1 - alpha), 1 where a channel is all zeros.
+      const at::Tensor w_max = at::cat(rows_of(m, names), 0).abs().amax(0);
+      const at::Tensor live = (st.abs_max > 0) & (w_max > 0);
+      const at::Tensor s = at::where(live, (st.abs_max.pow(alpha) / w_max.pow(1 - alpha)).clamp_min(1e-5),
+                                     at::ones_like(w_max));
+      apply_scales(m, names, fold, s, st);
+      g.scale_min = s.min().item<double>(), g.scale_max = s.max().item<double>();
+    }
+    g.input_max_after = st.abs_max.max().item<double>();
+    r.groups.push_back(std::move(g));
+  }
+  r.calib_tokens = windows.numel();
+  r.seconds = seconds_since(t0);
+  return r;
+}
+
+quantize::PtqResult quantize_w8a8(const LmModel& m, const at::Tensor& windows, quantize::PtqOptions opts) {
+  PARE_CHECK(windows.defined() && windows.dim() == 2 && windows.size(0) > 0, "no calibration windows");
+  std::vector<std::string> nodes;
+  for (const auto& g : linears_by_input(m))
+    for (const std::string& w : g.second) nodes.push_back(w.substr(0, w.size() - std::string(".weight").size()));
+  PARE_CHECK(!nodes.empty(), "the model has no linear layers to quantize");
+  PARE_CHECK(opts.include_.empty() && opts.exclude_.empty() && !opts.keep_first_ && !opts.keep_last_,
+             "a language model's W8A8 quantizes the decoder layers' linear layers (not the embedding and the head): "
+             "--include, --exclude, --keep-first and --keep-last do not apply");
+  opts.include(nodes).requantize_outputs(false).fold_bn(false);
+  quantize::PtqResult r = quantize::quantize_static(m.graph, windows, opts);
+  for (auto& [key, value] : onnx_metadata(m)) r.graph.metadata[key] = value;
+  return r;
+}
+
+nlohmann::json to_json(const LmSmoothResult& r) {
+  nlohmann::json groups = nlohmann::json::array();
+  for (const LmSmoothGroup& g : r.groups)
+    groups.push_back({{"weights", g.weights},
+                      {"input_max", g.input_max_before},
+                      {"input_max_smoothed", g.input_max_after},
+                      {"scale_min", g.scale_min},
+                      {"scale_max", g.scale_max}});
+  return {{"alpha", r.alpha}, {"calib_tokens", r.calib_tokens}, {"seconds", r.seconds}, {"groups", groups}};
+}
+
+std::string to_text(const LmSmoothResult& r) {
+  char line[256];
+  std::snprintf(line, sizeof(line), "%-48s %12s %12s %19s\n", "input of", "max |x|", "smoothed", "scales");
+  std::string out = line;
+  for (const LmSmoothGroup& g : r.groups) {
+    std::string names;  // model.layers.0.self_attn.q_proj,k_proj,v_proj
+    for (const std::string& w : g.weights) {
+      const std::string base = w.substr(0, w.rfind(".weight"));
+      names += names.empty() ? base : "," + base.substr(base.rfind('.') + 1);
+    }
+    std::snprintf(line, sizeof(line), "%-48s %12.3g %12.3g %9.3g-%-9.3g\n", names.c_str(), g.input_max_before,
+                  g.input_max_after, g.scale_min, g.scale_max);
+    out += line;
+  }
+  std::snprintf(line, sizeof(line), "SmoothQuant alpha %g: %zu inputs, %lld calibration tokens, %.1f s\n", r.alpha,
+                r.groups.size(), static_cast<long long>(r.calib_tokens), r.seconds);
+  return out + line;
 }
 
 nlohmann::json to_json(const LmQuantResult& r) {

@@ -15,7 +15,8 @@
 // AWQ scales a group's input channels and folds the inverse into what makes the input (the norm
 // before q/k/v and before the MLP, up before SwiGLU's down, v before o without grouped KV heads):
 // the model keeps its function, its norms' weights change, and the scaled weights are rounded,
-// clipped per group where that lowers the output error.
+// clipped per group where that lowers the output error. SmoothQuant folds its scales the same way,
+// then quantize_w8a8 makes the weights and the linear layers' inputs int8 (an ONNX QDQ graph).
 #pragma once
 
 #include <cstdint>
@@ -29,6 +30,7 @@
 #include "lm/gguf.h"
 #include "lm/model.h"
 #include "quantize/gptq.h"
+#include "quantize/ptq.h"
 
 namespace pare::lm {
 
@@ -77,5 +79,39 @@ LmQuantResult quantize_weights(LmModel& m, const at::Tensor& windows, const LmQu
 
 nlohmann::json to_json(const LmQuantResult& r);
 std::string to_text(const LmQuantResult& r);
+
+/// One group of linear weights sharing an input, smoothed.
+struct LmSmoothGroup {
+  std::vector<std::string> weights;                  ///< Hugging Face names
+  double input_max_before = 0, input_max_after = 0;  ///< the largest |x| over the calibration tokens
+  double scale_min = 1, scale_max = 1;               ///< of s (1 and 1: no fold, left as it is)
+};
+
+struct LmSmoothResult {
+  double alpha = 0;
+  std::vector<LmSmoothGroup> groups;
+  int64_t calib_tokens = 0;
+  double seconds = 0;
+};
+
+/// SmoothQuant (Xiao et al. 2023): for each group of linear weights sharing an input, per input
+/// channel j, s_j = max|x_j|^alpha / max|w_j|^(1 - alpha) (x over the calibration windows, w over
+/// the group's rows); the weights' columns are multiplied by s and the inverse folded where AWQ
+/// folds (the norm before q/k/v and the MLP, up before SwiGLU's down, v before o without grouped KV
+/// heads), so the activations' outliers move into the weights and the model keeps its function.
+/// Inputs without a fold (GPT-2's c_proj after GELU, o with grouped KV heads) stay as they are.
+/// Throws InputError for alpha outside [0, 1] and no windows.
+LmSmoothResult smooth_activations(LmModel& m, const at::Tensor& windows, double alpha);
+
+/// W8A8 static quantization of the decoder layers' linear layers (quantize/ptq.h on m's graph,
+/// calibrated on `windows`): int8 weights, each linear's input quantized with a calibrated scale,
+/// its output the dequantized product (not requantized); the embedding, the head, the norms and
+/// attention stay fp32. The graph carries onnx_metadata(m), so `pare eval` reads the ONNX file
+/// back as a language model. Throws InputError for include/exclude/keep options (the layers are
+/// chosen here) and what quantize_static throws.
+quantize::PtqResult quantize_w8a8(const LmModel& m, const at::Tensor& windows, quantize::PtqOptions opts);
+
+nlohmann::json to_json(const LmSmoothResult& r);
+std::string to_text(const LmSmoothResult& r);
 
 }  // namespace pare::lm

@@ -261,14 +261,15 @@ QuantPlan plan_quantization(Graph& g, const PtqOptions& opts) {
       }
     std::string out = n.outputs[0];
     std::vector<int> users = g.consumers(out);
-    if (users.size() == 1 && !is_graph_output(g, out)) {
+    if (opts.requantize_outputs_ && users.size() == 1 && !is_graph_output(g, out)) {
       const Node& u = g.nodes[static_cast<size_t>(users[0])];
       if (policy_of(u.op_type).kind == Kind::kFusable && u.inputs[0] == out && !matches(u, opts.exclude_)) {
         out = u.outputs[0];
         c.fused = u.op_type;
       }
     }
-    if (!is_graph_output(g, out) && !g.consumers(out).empty()) c.output = mark(out) == out ? out : "";
+    if (opts.requantize_outputs_ && !is_graph_output(g, out) && !g.consumers(out).empty())
+      c.output = mark(out) == out ? out : "";
     // The weight, and the bias when it is 1-D per output channel (it becomes int32 with scale
     // s_x * s_w).
     c.weight = n.inputs[static_cast<size_t>(p.weight_input)];
@@ -293,8 +294,7 @@ Calibration calibrate(const Graph& g, const QuantPlan& plan, const at::Tensor& c
   const std::string method = calib_method_name(opts.method_);
   const std::vector<std::string> roots = plan.roots();
   const auto batches = batches_of(calib_x, opts.batch_size_);
-  core::Module model(g);
-  model.eval();
+  core::Module model(g, core::Module::Use::kFrozen);  // reads g's weights, copies none
   Calibration cal;
   for (auto& r : roots) cal.observers.emplace(r, Observer(opts.method_, opts.activations_, opts.percentile_));
   const int passes = opts.method_ == CalibMethod::kMinMax ? 1 : 2;
@@ -304,7 +304,7 @@ Calibration calibrate(const Graph& g, const QuantPlan& plan, const at::Tensor& c
                      std::to_string(calib_x.size(0)) + " samples (" + method + ", pass " +
                      std::to_string(pass + 1) + "/" + std::to_string(passes) + ")");
     for (auto& b : batches) {
-      auto vals = model.forward_values({b}, roots);
+      auto vals = model.forward_until({b}, roots);  // no further than the last root: not a LM's logits
       for (auto& r : roots) {
         const at::Tensor& v = vals.at(r);
         PARE_CHECK(v.is_floating_point(), "cannot quantize value '", r, "': it is ",
@@ -427,10 +427,8 @@ std::map<std::string, std::string> insert_qdq_nodes(Graph& q, const QuantPlan& p
 // how often their argmax agrees, on the calibration inputs.
 void measure_sqnr(const Graph& g, const Graph& q, const std::map<std::string, std::string>& dq_of,
                   const at::Tensor& calib_x, int64_t batch_size, QuantReport& rep) {
-  core::Module model(g);
-  model.eval();
-  core::Module qmodel(q);
-  qmodel.eval();
+  core::Module model(g, core::Module::Use::kFrozen);
+  core::Module qmodel(q, core::Module::Use::kFrozen);
   std::vector<std::string> fp_names, q_names;
   for (auto& l : rep.layers)
     if (!l.output.empty()) {
@@ -542,7 +540,10 @@ std::string QuantReport::to_text() const {
   std::ostringstream os;
   os << "weights " << weights << ", activations " << activations << ", calibration " << method
      << " on " << calib_samples << " samples, " << folded_batch_norms << " BatchNorm folded\n";
-  os << std::left << std::setw(24) << "node" << std::setw(8) << "op" << std::setw(22)
+  size_t width = 24;  // the node column: as wide as the longest name ("model.layers.11.mlp.down_proj")
+  for (auto& l : layers) width = std::max(width, l.node.size() + (l.fused.empty() ? 0 : l.fused.size() + 1) + 2);
+  const int w = static_cast<int>(width);
+  os << std::left << std::setw(w) << "node" << std::setw(8) << "op" << std::setw(22)
      << "weight scale" << std::setw(10) << "W SQNR" << std::setw(12) << "out scale" << std::setw(6)
      << "zp" << "out SQNR\n";
   auto db = [](double v) {
@@ -556,7 +557,7 @@ std::string QuantReport::to_text() const {
     ws << std::setprecision(3) << l.weight_scale_min;
     if (l.per_channel) ws << ".." << std::setprecision(3) << l.weight_scale_max;
     name << l.node << (l.fused.empty() ? "" : "+" + l.fused);
-    os << std::left << std::setw(24) << name.str() << std::setw(8) << l.op << std::setw(22) << ws.str()
+    os << std::left << std::setw(w) << name.str() << std::setw(8) << l.op << std::setw(22) << ws.str()
        << std::setw(10) << db(l.weight_sqnr_db);
     if (l.output.empty()) {
       os << "(output kept fp32)\n";

@@ -79,6 +79,9 @@ struct PtqOptions {
   /// Keep the first / last quantizable node (in topological order) in fp32.
   PtqOptions& keep_first(bool v) { keep_first_ = v; return *this; }
   PtqOptions& keep_last(bool v) { keep_last_ = v; return *this; }
+  /// Requantize each compute op's output (default), or leave it as the dequantized product of its
+  /// int8 inputs (SmoothQuant's W8A8 and ONNX Runtime's MatMulIntegerToFloat: only the inputs are int8).
+  PtqOptions& requantize_outputs(bool v) { requantize_outputs_ = v; return *this; }
   /// Fold BatchNorm into the preceding Conv/Gemm first (default on).
   PtqOptions& fold_bn(bool v) { fold_bn_ = v; return *this; }
   /// Samples per calibration forward.
@@ -94,7 +97,7 @@ struct PtqOptions {
   int weight_bits_ = 8;
   QScheme activations_ = QScheme::kAsymmetricUInt8;
   std::vector<std::string> exclude_, include_;
-  bool keep_first_ = false, keep_last_ = false, fold_bn_ = true;
+  bool keep_first_ = false, keep_last_ = false, fold_bn_ = true, requantize_outputs_ = true;
   int64_t batch_size_ = 256;
   std::string calib_name_ = "calibration data";
   std::function<void(const std::string&)> progress_;
