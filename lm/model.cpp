@@ -61,7 +61,7 @@ LmModel load_lm(const std::string& spec, const BuildOptions& opts) {
     if (spec.size() > 5 && spec.compare(spec.size() - 5, 5, ".onnx") == 0 && file_exists(spec))
       return load_onnx_lm(spec, opts);
     PARE_CHECK(is_hf_dir(spec), "'", spec, "' is no language model (expected hf:DIR, gguf:FILE, a folder holding "
-               "config.json, a .gguf file or an .onnx file pare quantize wrote of one)");
+               "config.json, a .gguf file, or an .onnx file pare export or pare quantize wrote of one)");
     return load_hf(spec, opts);
   }();
   if (opts.dtype) m.config.dtype = core::dtype_name(*opts.dtype);  // the type the graph was built in
