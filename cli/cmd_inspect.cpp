@@ -2,8 +2,9 @@
 #include <iostream>
 
 #include "cli/commands.h"
-#include "core/onnx_io.h"
 #include "core/dtype.h"
+#include "core/file_util.h"
+#include "core/onnx_io.h"
 #include "core/summary.h"
 #include "core/tensor_io.h"
 #include "lm/model.h"
@@ -11,9 +12,6 @@
 namespace pare::cli {
 
 namespace {
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 // A safetensors checkpoint (or sharded index): its tensors, dtypes, shapes and total size.
 void inspect_safetensors(const std::string& path, bool json) {

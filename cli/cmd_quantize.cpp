@@ -177,7 +177,7 @@ at::Tensor lm_calibration(const QuantizeOpts& o, const lm::LmModel& m) {
 // A language model to W8A8 (SmoothQuant's setting): --smoothquant ALPHA first when given, then static
 // int8 weights and linear-layer inputs, written as an ONNX QDQ file that `pare eval` reads back.
 void run_w8a8_lm(const QuantizeOpts& o) {
-  PARE_CHECK(o.out.size() > 5 && o.out.compare(o.out.size() - 5, 5, ".onnx") == 0, "--out ", o.out, ": W8A8 (int8 "
+  PARE_CHECK(ends_with(o.out, ".onnx"), "--out ", o.out, ": W8A8 (int8 "
              "activations) is written as an ONNX QDQ file (FILE.onnx); GGUF and Hugging Face folders hold weights only "
              "(give --weight-only int4|int8 for those)");
   PARE_CHECK(o.method == "minmax" || o.method == "percentile" || o.method == "entropy" || o.method == "mse",
@@ -219,7 +219,7 @@ void run_quantize_lm(const QuantizeOpts& o) {
   PARE_CHECK(o.smoothquant < 0, "--smoothquant goes with W8A8 (no --weight-only): it moves activation outliers into "
              "the weights so that the activations quantize");
   lm::LmModel m = lm::load_lm(o.model);
-  const bool gguf = o.out.size() > 5 && o.out.compare(o.out.size() - 5, 5, ".gguf") == 0;
+  const bool gguf = ends_with(o.out, ".gguf");
   PARE_CHECK(!gguf || o.group == 32, "--out ", o.out, ": a GGUF file holds int4 and int8 in blocks of 32 (Q4_0, Q8_0), "
              "so --group ", o.group, " is written as a Hugging Face folder (give --out DIR)");
   lm::LmQuantOptions q;

@@ -79,6 +79,9 @@ class Hasher {
   uint64_t h_ = 0xCBF29CE484222325ULL;
 };
 
+/// True when `s` ends with `suffix` (a file's extension: ".onnx", ".gguf", ".index.json").
+bool ends_with(const std::string& s, const std::string& suffix);
+
 /// Directory part of `path` ("." when there is none).
 std::string dir_name(const std::string& path);
 

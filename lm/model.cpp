@@ -16,7 +16,7 @@ namespace pare::lm {
 namespace {
 
 bool is_gguf_path(const std::string& path) {
-  return path.size() > 5 && path.compare(path.size() - 5, 5, ".gguf") == 0 && file_exists(path);
+  return ends_with(path, ".gguf") && file_exists(path);
 }
 
 constexpr const char* kConfigKey = "pare.lm.config";
@@ -58,7 +58,7 @@ LmModel load_lm(const std::string& spec, const BuildOptions& opts) {
     if (spec.rfind("hf:", 0) == 0) return load_hf(spec.substr(3), opts);
     if (spec.rfind("gguf:", 0) == 0) return load_gguf(spec.substr(5), opts);
     if (is_gguf_path(spec)) return load_gguf(spec, opts);
-    if (spec.size() > 5 && spec.compare(spec.size() - 5, 5, ".onnx") == 0 && file_exists(spec))
+    if (ends_with(spec, ".onnx") && file_exists(spec))
       return load_onnx_lm(spec, opts);
     PARE_CHECK(is_hf_dir(spec), "'", spec, "' is no language model (expected hf:DIR, gguf:FILE, a folder holding "
                "config.json, a .gguf file, or an .onnx file pare export or pare quantize wrote of one)");

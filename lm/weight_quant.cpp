@@ -187,11 +187,11 @@ void quantize_group(LmModel& m, const std::vector<std::string>& names, const Inp
 
 LmQuantResult quantize_weights(LmModel& m, const at::Tensor& windows, const LmQuantOptions& opts,
                                const std::function<void(int, int, const std::string&)>& progress) {
-  PARE_CHECK(opts.bits == 4 || opts.bits == 8, "--weight-only takes int4 or int8 for a language model");
-  PARE_CHECK(opts.method == "rtn" || opts.method == "gptq" || opts.method == "awq" || opts.method == "awq+gptq",
-             "--method for a language model's weights is rtn, gptq, awq or awq+gptq, not '",
-             opts.method, "'");
-  PARE_CHECK(opts.group > 0, "--group must be positive");
+  PARE_CHECK_OPTION(opts.bits == 4 || opts.bits == 8, "bits", "must be 4 or 8 for a language model, got ", opts.bits);
+  PARE_CHECK_OPTION(opts.method == "rtn" || opts.method == "gptq" || opts.method == "awq" ||
+                        opts.method == "awq+gptq",
+                    "method", "of a language model's weights is rtn, gptq, awq or awq+gptq, not '", opts.method, "'");
+  PARE_CHECK_OPTION(opts.group > 0, "group", "must be positive, got ", opts.group);
   PARE_CHECK(windows.defined() && windows.dim() == 2 && windows.size(0) > 0, "no calibration windows");
   LmQuantResult r;
   r.options = opts;
@@ -234,7 +234,7 @@ LmQuantResult quantize_weights(LmModel& m, const at::Tensor& windows, const LmQu
 }
 
 LmSmoothResult smooth_activations(LmModel& m, const at::Tensor& windows, double alpha) {
-  PARE_CHECK(alpha >= 0 && alpha <= 1, "--smoothquant takes an alpha in [0, 1], got ", alpha);
+  PARE_CHECK_OPTION(alpha >= 0 && alpha <= 1, "smoothquant", "takes an alpha in [0, 1], got ", alpha);
   PARE_CHECK(windows.defined() && windows.dim() == 2 && windows.size(0) > 0, "no calibration windows");
   const auto t0 = std::chrono::steady_clock::now();
   const auto groups = linears_by_input(m);
@@ -271,9 +271,10 @@ quantize::PtqResult quantize_w8a8(const LmModel& m, const at::Tensor& windows, q
   for (const auto& g : linears_by_input(m))
     for (const std::string& w : g.second) nodes.push_back(w.substr(0, w.size() - std::string(".weight").size()));
   PARE_CHECK(!nodes.empty(), "the model has no linear layers to quantize");
-  PARE_CHECK(opts.include_.empty() && opts.exclude_.empty() && !opts.keep_first_ && !opts.keep_last_,
-             "a language model's W8A8 quantizes the decoder layers' linear layers (not the embedding and the head): "
-             "--include, --exclude, --keep-first and --keep-last do not apply");
+  if (!opts.include_.empty() || !opts.exclude_.empty() || opts.keep_first_ || opts.keep_last_)
+    throw InputError("a language model's W8A8 quantizes the decoder layers' linear layers (not the embedding and "
+                     "the head): the options include, exclude, keep_first and keep_last do not apply")
+        .about("include").about("exclude").about("keep_first").about("keep_last");
   opts.include(nodes).requantize_outputs(false).fold_bn(false);
   quantize::PtqResult r = quantize::quantize_static(m.graph, windows, opts);
   for (auto& [key, value] : onnx_metadata(m)) r.graph.metadata[key] = value;
