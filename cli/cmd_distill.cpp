@@ -68,6 +68,9 @@ lm::LmModel lm_student(const DistillOpts& o, const lm::LmModel& teacher, uint64_
                                          : std::make_shared<const lm::Tokenizer>(lm::Tokenizer::from_file(o.tokenizer));
   lm::LmModel m;
   if (distill::is_derived_spec(spec)) {
+    PARE_CHECK(teacher.graph.nodes.size() > 0, "--student ", spec, " takes the teacher's layers, and ", tname,
+               " holds its outputs, not its weights: prune the teacher first (pare prune) and give the student as "
+               "hf:DIR");
     m = lm::keep_layers(teacher, distill::derived_layers(spec), tname, fp32);
   } else if (lm::is_new_lm_spec(spec)) {
     PARE_CHECK(given || teacher.tok, "--student ", spec, " is a new language model and ", tname,
@@ -94,6 +97,42 @@ lm::LmModel lm_student(const DistillOpts& o, const lm::LmModel& teacher, uint64_
 
 // Token-level distillation of a language model on text: windows of --seq-len tokens, --loss over
 // the vocabulary (chunked), a Hugging Face folder out.
+// The teacher of a language model: loaded, or (cache:DIR) its cache, with a model that has the
+// cache's tokenizer and vocabulary and no graph.
+lm::LmModel lm_teacher(const std::string& spec, std::shared_ptr<const engine::LmTeacherCacheFile>& cache) {
+  if (spec.rfind("cache:", 0) != 0) return lm::load_lm(spec);
+  cache = std::make_shared<const engine::LmTeacherCacheFile>(engine::LmTeacherCacheFile::read(spec.substr(6)));
+  lm::LmModel t;
+  t.config.vocab = cache->vocab;
+  t.config.max_positions = cache->seq;
+  t.tokenizer = cache->tokenizer;
+  t.tok = std::make_shared<const lm::Tokenizer>(lm::Tokenizer::from_file(cache->tokenizer));
+  return t;
+}
+
+void report_lm(const DistillOpts& o, const distill::LmDistillOptions& lopts,
+               const std::vector<train::EpochStats>& history, double teacher_loss) {
+  const TrainingRun& run = o.run;
+  const auto& last = history.back();
+  nlohmann::json j = {{"student", o.student}, {"teacher", o.teachers[0]}, {"out", o.out},
+                      {"loss", lopts.divergence.str()}, {"temperature", lopts.temperature}, {"alpha", lopts.alpha},
+                      {"epochs", history.size()}, {"train_loss", last.train_loss},
+                      {"tokens_per_s", last.samples_per_s}};
+  if (last.val_loss >= 0) j["student_perplexity"] = std::exp(last.val_loss);
+  if (teacher_loss >= 0) j["teacher_perplexity"] = std::exp(teacher_loss);
+  if (run.json) {
+    std::cout << j.dump() << "\n";
+  } else if (!run.quiet) {
+    if (last.val_loss >= 0)
+      std::fprintf(stderr, "%s perplexity: teacher %s, student %.2f\n", run.val_split.c_str(),
+                   teacher_loss >= 0 ? std::to_string(std::exp(teacher_loss)).c_str() : "- (cached)",
+                   std::exp(last.val_loss));
+    std::fprintf(stderr, "wrote %s\n", o.out.c_str());
+  }
+}
+
+// Token-level distillation of a language model on text: windows of --seq-len tokens, --loss over
+// the vocabulary (chunked), a Hugging Face folder out.
 void distill_lm(DistillOpts& o) {
   const TrainingRun& run = o.run;
   PARE_CHECK(o.teachers.size() == 1, "a language model distills from one teacher; got ", o.teachers.size());
@@ -105,15 +144,15 @@ void distill_lm(DistillOpts& o) {
   PARE_CHECK(lm::is_text_spec(run.data), "--data ", run.data, ": a language model distills on text:FILE or jsonl:FILE");
   train::TrainerOptions topts = run.start();
   distill::LmDistillOptions lopts;
+  const lm::LmModel teacher = lm_teacher(o.teachers[0], lopts.cache);
   lopts.divergence = distill::TokenDivergence::parse(o.divergence);
-  lopts.temperature = o.temperature_given ? o.loss.temperature_ : 1.0;
+  lopts.temperature = o.temperature_given ? o.loss.temperature_ : lopts.cache ? lopts.cache->temperature : 1.0;
   lopts.alpha = o.alpha_given ? o.loss.alpha_ : 0.5;
   lopts.chunk_tokens = o.chunk_tokens;
   const bool talk = !run.quiet && topts.is_writer();
-  const lm::LmModel teacher = lm::load_lm(o.teachers[0]);
   lm::LmModel m = lm_student(o, teacher, topts.seed_);
   const int64_t ctx = std::min(m.config.max_positions, teacher.config.max_positions);
-  const int64_t seq = o.seq_len > 0 ? o.seq_len : std::min<int64_t>(256, ctx);
+  const int64_t seq = o.seq_len > 0 ? o.seq_len : lopts.cache ? lopts.cache->seq : std::min<int64_t>(256, ctx);
   PARE_CHECK(seq <= ctx, "--seq-len ", seq, " is longer than the context of the student or the teacher (", ctx, ")");
   const core::TensorDataset train = run.text_windows(*m.tok, "train", seq, talk);
   core::TensorDataset val;
@@ -123,42 +162,32 @@ void distill_lm(DistillOpts& o) {
   core::Module tmod(teacher.graph, core::Module::Use::kFrozen);
   if (lopts.chunk_tokens != 0) {
     const auto [sh, sw] = lm::head_of(m.graph, "the student " + o.student);
-    const auto [th, tw] = lm::head_of(teacher.graph, "teacher " + o.teachers[0]);
     lopts.student_head = {sh, sw};
-    lopts.teacher_head = {th, tw};
+    if (!lopts.cache) {
+      const auto [th, tw] = lm::head_of(teacher.graph, "teacher " + o.teachers[0]);
+      lopts.teacher_head = {th, tw};
+    }
   }
   if (talk)
-    std::fprintf(stderr, "distilling %s (%lld parameters) from %s (%lld) on %lld windows of %lld tokens: --loss %s "
+    std::fprintf(stderr, "distilling %s (%lld parameters) from %s (%s) on %lld windows of %lld tokens: --loss %s "
                  "T=%g alpha=%g, %s\n", o.student.c_str(), (long long)student.parameter_count(), o.teachers[0].c_str(),
-                 (long long)teacher.config.parameter_count(), (long long)train.size(), (long long)seq,
-                 lopts.divergence.str().c_str(), lopts.temperature, lopts.alpha,
+                 lopts.cache ? (std::to_string(lopts.cache->entries) + " tokens a row").c_str()
+                             : (std::to_string(teacher.config.parameter_count()) + " parameters").c_str(),
+                 (long long)train.size(), (long long)seq, lopts.divergence.str().c_str(), lopts.temperature,
+                 lopts.alpha,
                  lopts.chunk_tokens != 0
                      ? ("vocabulary in chunks of " + std::to_string(lopts.chunk_for(m.config.vocab)) + " tokens").c_str()
                      : "whole logits");
-  const auto history = distill::distill_lm(student, tmod, lopts, topts, train, run.no_val ? nullptr : &val);
+  const auto history = distill::distill_lm(student, lopts.cache ? nullptr : &tmod, lopts, topts, train,
+                                           run.no_val ? nullptr : &val);
   double teacher_loss = -1;
-  if (!run.no_val && topts.is_writer())
+  if (!run.no_val && topts.is_writer() && !lopts.cache)
     teacher_loss = train::evaluate([&](const at::Tensor& x) { return tmod.forward({x})[0]; }, val,
                                    topts.eval_batch_size_, "teacher " + o.teachers[0]).loss;
   if (!topts.is_writer()) return;  // rank 0 writes the model and reports
   m.graph = student.to_graph();
   lm::save_hf(m, o.out, lm::HfExportOptions().metadata("pare.distilled_from", o.teachers[0]));
-  const auto& last = history.back();
-  nlohmann::json j = {{"student", o.student}, {"teacher", o.teachers[0]}, {"out", o.out},
-                      {"loss", lopts.divergence.str()}, {"temperature", lopts.temperature}, {"alpha", lopts.alpha},
-                      {"epochs", history.size()}, {"train_loss", last.train_loss}, {"tokens_per_s", last.samples_per_s}};
-  if (last.val_loss >= 0) {
-    j["student_perplexity"] = std::exp(last.val_loss);
-    j["teacher_perplexity"] = std::exp(teacher_loss);
-  }
-  if (run.json) {
-    std::cout << j.dump() << "\n";
-  } else if (!run.quiet) {
-    if (last.val_loss >= 0)
-      std::fprintf(stderr, "%s perplexity: teacher %.2f, student %.2f\n", run.val_split.c_str(), std::exp(teacher_loss),
-                   std::exp(last.val_loss));
-    std::fprintf(stderr, "wrote %s\n", o.out.c_str());
-  }
+  report_lm(o, lopts, history, teacher_loss);
 }
 
 // Distillation of a classifier (or any model with labels): an ONNX student out.

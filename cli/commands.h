@@ -67,11 +67,16 @@ struct TrainingRun : train::RunSetup {
   /// `skip` are left to the command (which declares them for a purpose of its own).
   void add_training_options(CLI::App* cmd, const std::string& group, CLI::Option* needs = nullptr,
                             const std::set<std::string>& skip = {});
-  /// A language model's windows of `seq_len` tokens of --data's `split` (lm::cached_tokens, then
-  /// lm::token_windows), saying on stderr when `talk` how many tokens and whether the cache answered.
+  /// text_windows of --data.
   core::TensorDataset text_windows(const lm::Tokenizer& tok, const std::string& split, int64_t seq_len,
                                    bool talk) const;
 };
+
+/// A language model's windows of `seq_len` tokens of `data`'s `split` (lm::cached_tokens, then
+/// lm::token_windows), saying on stderr when `talk` how many tokens and whether the cache answered:
+/// what pare train, pare distill and pare teacher-cache train or cache on.
+core::TensorDataset text_windows(const std::string& data, const lm::Tokenizer& tok, const std::string& split,
+                                 int64_t seq_len, bool talk);
 
 /// Windows per validation batch of a language model, whose logits [windows, seq_len, vocab] are all
 /// formed at once: the training batch, fewer when their logits would pass 256 MB (at least one).

@@ -161,6 +161,11 @@ void TrainingRun::add_training_options(CLI::App* cmd, const std::string& group, 
 
 core::TensorDataset TrainingRun::text_windows(const lm::Tokenizer& tok, const std::string& split, int64_t seq_len,
                                               bool talk) const {
+  return cli::text_windows(data, tok, split, seq_len, talk);
+}
+
+core::TensorDataset text_windows(const std::string& data, const lm::Tokenizer& tok, const std::string& split,
+                                 int64_t seq_len, bool talk) {
   bool hit = false;
   const std::vector<int64_t> ids = lm::cached_tokens(tok, data, split, lm::cache_dir(), &hit);
   if (talk)

@@ -1,5 +1,6 @@
 #include "distill/distiller.h"
 
+#include <cmath>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -80,16 +81,39 @@ std::vector<train::EpochStats> distill(core::Module& student, Teacher& teacher,
   return trainer.fit(train, val);
 }
 
-std::vector<train::EpochStats> distill_lm(core::Module& student, core::Module& teacher, const LmDistillOptions& options,
+namespace {
+
+// A cache's checks against the windows, the temperature and the divergence it is asked to serve.
+void check_cache(const engine::LmTeacherCacheFile& c, const LmDistillOptions& opts, const core::TensorDataset& train) {
+  c.check(train);
+  if (std::abs(opts.temperature - c.temperature) >= 1e-9)
+    throw InputError(pare::detail::concat(c.describe(), " holds the teacher's distribution at T=", c.temperature,
+                                          "; distill with temperature ", c.temperature, " (or rebuild the cache at T=",
+                                          opts.temperature, ")"))
+        .about("temperature");
+  const auto& d = opts.divergence;
+  const bool needs_all = d.kind == TokenDivergence::Kind::kReverseKL ||
+                         (d.kind == TokenDivergence::Kind::kJsd && d.weight == 1);
+  PARE_CHECK(!(needs_all && c.kind == "lm-sampled"), c.describe(), " holds draws, not the teacher's mass on every "
+             "token the student puts mass on, which the divergence ", d.str(), " needs; use fkl, jsd:BETA < 1, "
+             "skl:ALPHA or topk:K, or a top-k cache");
+}
+
+}  // namespace
+
+std::vector<train::EpochStats> distill_lm(core::Module& student, core::Module* teacher, const LmDistillOptions& options,
                                           const train::TrainerOptions& trainer_opts, const core::TensorDataset& train,
                                           const core::TensorDataset* val) {
   PARE_CHECK(train.size() > 0, "the training set '", train.name, "' is empty");
   PARE_CHECK_OPTION(options.chunk_tokens >= 0 || options.chunk_tokens == LmDistillOptions::kAutoChunk, "chunk_tokens",
                     "must be >= 0 (or auto), got ", options.chunk_tokens);
+  PARE_CHECK((teacher != nullptr) != (options.cache != nullptr), "distill_lm takes a teacher or a cache, not ",
+             teacher ? "both" : "neither");
   LmDistillOptions opts = options;
   const at::Device device = trainer_opts.device_;
   student.to(device);
-  teacher.to(device);
+  if (teacher) teacher->to(device);
+  if (opts.cache) check_cache(*opts.cache, opts, train);
   const bool chunked = opts.chunk_tokens != 0;
   // The vocabularies, from one window: the logits' widths, or the heads'.
   {
@@ -101,33 +125,44 @@ std::vector<train::EpochStats> distill_lm(core::Module& student, core::Module& t
                  "loss needs it (or distill with chunk_tokens 0)");
       return m.forward_until({x}, {head.weight}).at(head.weight).size(-1);
     };
-    const int64_t vs = width(student, opts.student_head, "student"), vt = width(teacher, opts.teacher_head, "teacher");
+    const int64_t vs = width(student, opts.student_head, "student");
+    const int64_t vt = teacher ? width(*teacher, opts.teacher_head, "teacher") : opts.cache->vocab;
     PARE_CHECK(vs == vt, "the student's vocabulary has ", vs, " tokens and the teacher's ", vt,
                ": token-level distillation needs the same vocabulary");
     opts.chunk_tokens = opts.chunk_for(vs);
   }
   train::Trainer trainer(student, trainer_opts);
-  trainer.set_loss([&teacher, opts, chunked](core::Module& m, const core::Batch& b) {
+  trainer.set_loss([teacher, opts, chunked](core::Module& m, const core::Batch& b) {
     train::StepOutput out;
-    if (!chunked) {
-      at::Tensor t;
-      {
-        at::NoGradGuard no_grad;
-        t = teacher.forward({b.x})[0];
-      }
-      out.logits = m.forward({b.x})[0];
-      out.loss = lm_kd_loss(out.logits, t, b.y, opts.divergence, opts.temperature, opts.alpha);
-      return out;
-    }
-    std::unordered_map<std::string, at::Tensor> t;
+    SparseTeacher sparse;
+    at::Tensor t;
+    std::unordered_map<std::string, at::Tensor> th;
     {
       at::NoGradGuard no_grad;
-      t = teacher.forward_until({b.x}, {opts.teacher_head.hidden, opts.teacher_head.weight});
+      if (opts.cache) {
+        auto [ids, lp] = opts.cache->teacher(b.rows);
+        sparse = {ids.to(b.x.device()), lp.to(b.x.device())};
+      } else if (!chunked) {
+        t = teacher->forward({b.x})[0];
+      } else {
+        th = teacher->forward_until({b.x}, {opts.teacher_head.hidden, opts.teacher_head.weight});
+      }
+    }
+    const auto& d = opts.divergence;
+    if (!chunked) {
+      out.logits = m.forward({b.x})[0];
+      out.loss = opts.cache ? lm_kd_loss(out.logits, sparse, b.y, d, opts.temperature, opts.alpha)
+                            : lm_kd_loss(out.logits, t, b.y, d, opts.temperature, opts.alpha);
+      return out;
     }
     auto s = m.forward_until({b.x}, {opts.student_head.hidden, opts.student_head.weight});
-    out.loss = chunked_lm_kd_loss(s.at(opts.student_head.hidden), s.at(opts.student_head.weight),
-                                  t.at(opts.teacher_head.hidden), t.at(opts.teacher_head.weight), b.y, opts.divergence,
-                                  opts.temperature, opts.alpha, opts.chunk_tokens, &out.predictions);
+    const at::Tensor& sh = s.at(opts.student_head.hidden);
+    const at::Tensor& sw = s.at(opts.student_head.weight);
+    out.loss = opts.cache ? chunked_lm_kd_loss(sh, sw, sparse, b.y, d, opts.temperature, opts.alpha,
+                                               opts.chunk_tokens, &out.predictions)
+                          : chunked_lm_kd_loss(sh, sw, th.at(opts.teacher_head.hidden),
+                                               th.at(opts.teacher_head.weight), b.y, d, opts.temperature, opts.alpha,
+                                               opts.chunk_tokens, &out.predictions);
     return out;
   });
   return trainer.fit(train, val);

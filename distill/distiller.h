@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,7 @@
 #include "core/module.h"
 #include "distill/losses.h"
 #include "distill/teacher.h"
+#include "engine/cache.h"
 #include "train/trainer.h"
 
 namespace pare::distill {
@@ -59,15 +61,21 @@ struct LmDistillOptions {
     return chunk_tokens == kAutoChunk ? std::max<int64_t>(1, (int64_t{1} << 22) / std::max<int64_t>(1, vocab)) : chunk_tokens;
   }
   LmHead student_head, teacher_head;
+  /// The teacher read from a cache instead of run (`--teacher cache:DIR`), for windows built from
+  /// the same text: its divergence is computed over the cached tokens' buckets (lm_kd_loss's sparse
+  /// form). Set, distill_lm takes no teacher module.
+  std::shared_ptr<const engine::LmTeacherCacheFile> cache;
 };
 
-/// Trains the language model `student` from `teacher` (a frozen Module of the same vocabulary) on
+/// Trains the language model `student` from `teacher` (a frozen Module of the same vocabulary, or
+/// null with opts.cache) on
 /// token windows (lm::token_windows: x [N, S] ids, y [N, S] next tokens, -100 for tokens that do not
 /// count), with lm_kd_loss or, chunked, chunked_lm_kd_loss. The teacher runs once per batch without
 /// gradients, only as far as its last hidden state when chunked. Accuracy counts next tokens; the
 /// validation loss is the student's next-token cross entropy. Throws InputError when the vocabularies
-/// differ or a head is not found.
-std::vector<train::EpochStats> distill_lm(core::Module& student, core::Module& teacher, const LmDistillOptions& opts,
+/// differ, a head is not found, or a cache was built from other windows, at another temperature, or
+/// cannot serve the divergence (rkl and jsd:1 from sampled draws).
+std::vector<train::EpochStats> distill_lm(core::Module& student, core::Module* teacher, const LmDistillOptions& opts,
                                           const train::TrainerOptions& trainer, const core::TensorDataset& train,
                                           const core::TensorDataset* val);
 

@@ -6,6 +6,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <set>
 #include <sstream>
@@ -261,45 +262,114 @@ at::Tensor token_divergence(const at::Tensor& student_logits, const at::Tensor& 
   return divergence_rows(s / temperature, t / temperature, divergence).sum() / s.size(0);
 }
 
-at::Tensor lm_kd_loss(const at::Tensor& student_logits, const at::Tensor& teacher_logits, const at::Tensor& labels,
-                      const TokenDivergence& divergence, double temperature, double alpha) {
+namespace {
+
+// A log-probability that stands for no mass: finite, so that the divergences' p * (log p - log q)
+// give 0 where both sides have none (exp(-1e4) is 0 in float32), not 0 * inf.
+constexpr double kNoMass = -1e4;
+
+// alpha * T*T * kd(counted) + (1 - alpha) * the next-token cross entropy of `logits` [..., V] on
+// `labels`, both over the tokens counted (labels != -100); what lm_kd_loss checks, checked.
+at::Tensor kd_with_ce(const char* loss, const at::Tensor& logits, const at::Tensor& labels, double temperature,
+                      double alpha, const std::function<at::Tensor(const at::Tensor& counted)>& kd) {
   check_temperature(temperature);
   check_alpha(alpha);
-  check_lm_logits("lm_kd_loss", student_logits, teacher_logits);
-  const int64_t vocab = student_logits.size(-1);
-  PARE_CHECK(labels.defined() && labels.sizes() == at::IntArrayRef(leading_shape(student_logits)) &&
+  const int64_t vocab = logits.size(-1);
+  PARE_CHECK(labels.defined() && labels.sizes() == at::IntArrayRef(leading_shape(logits)) &&
                  at::isIntegralType(labels.scalar_type(), /*includeBool=*/false),
-             "lm_kd_loss requires integer labels of the logits' leading shape ",
-             at::IntArrayRef(leading_shape(student_logits)), ". However, they are ",
-             labels.defined() ? labels.sizes() : at::IntArrayRef());
+             loss, " requires integer labels of the logits' leading shape ", at::IntArrayRef(leading_shape(logits)),
+             ". However, they are ", labels.defined() ? labels.sizes() : at::IntArrayRef());
   at::Tensor y = labels.to(at::kLong);
   at::Tensor counted = y != -100;
   const int64_t n = counted.sum().item<int64_t>();
   if (n > 0) {
     at::Tensor kept = y.masked_select(counted);
     const int64_t lo = kept.min().item<int64_t>(), hi = kept.max().item<int64_t>();
-    PARE_CHECK(lo >= 0 && hi < vocab, "lm_kd_loss requires labels in [0, ", vocab, ") or -100 (not counted). ",
+    PARE_CHECK(lo >= 0 && hi < vocab, loss, " requires labels in [0, ", vocab, ") or -100 (not counted). ",
                "However, they range over [", lo, ", ", hi, "]");
   }
   at::Tensor total;
-  if (alpha != 0) {
-    at::Tensor kd = token_divergence(student_logits, teacher_logits, counted, divergence, temperature);
-    accumulate(total, kd, alpha * temperature * temperature);
-  }
+  if (alpha != 0) accumulate(total, kd(counted), alpha * temperature * temperature);
   if (alpha != 1) {
-    at::Tensor ce = n == 0 ? as_float(student_logits).sum() * 0
-                           : at::cross_entropy_loss(as_float(student_logits).reshape({-1, vocab}), y.reshape({-1}),
-                                                    {}, at::Reduction::Mean, -100);
+    at::Tensor ce = n == 0 ? as_float(logits).sum() * 0
+                           : at::cross_entropy_loss(as_float(logits).reshape({-1, vocab}), y.reshape({-1}), {},
+                                                    at::Reduction::Mean, -100);
     accumulate(total, ce, 1.0 - alpha);
   }
   return total;
 }
 
+// The student's log-probabilities `ls` [M, V] collapsed onto a sparse teacher's buckets: the tokens
+// `ids` [M, W] (padding -1 at kNoMass), then the rest.
+at::Tensor student_buckets(const at::Tensor& ls, const at::Tensor& ids) {
+  const at::Tensor pad = ids.lt(0);
+  // Padding points at the row's first token (gathered, then masked; scattering it twice is harmless).
+  const at::Tensor safe = at::where(pad, ids.narrow(-1, 0, 1).clamp_min(0).expand_as(ids), ids);
+  const at::Tensor named = ls.gather(-1, safe).masked_fill(pad, kNoMass);
+  const at::Tensor rest = at::logsumexp(ls.scatter(-1, safe, kNoMass), {-1}, /*keepdim=*/true);
+  return at::cat({named, rest}, -1);
+}
+
+void check_sparse(const char* loss, const at::Tensor& student_logits, const SparseTeacher& t) {
+  PARE_CHECK(t.ids.defined() && t.log_probs.defined() && t.ids.dim() == student_logits.dim() &&
+                 t.ids.sizes().slice(0, t.ids.dim() - 1) == at::IntArrayRef(leading_shape(student_logits)) &&
+                 t.log_probs.sizes().slice(0, t.ids.dim() - 1) == t.ids.sizes().slice(0, t.ids.dim() - 1) &&
+                 t.log_probs.size(-1) == t.ids.size(-1) + 1 && t.ids.size(-1) >= 1 &&
+                 t.ids.scalar_type() == at::kLong,
+             loss, " requires a sparse teacher of int64 ids [..., W] and log-probabilities [..., W + 1] with the "
+             "logits' leading shape ", at::IntArrayRef(leading_shape(student_logits)), ". However, they are ",
+             t.ids.defined() ? t.ids.sizes() : at::IntArrayRef(), " and ",
+             t.log_probs.defined() ? t.log_probs.sizes() : at::IntArrayRef());
+}
+
+// The divergence over a sparse teacher's buckets, averaged over the rows `counted` marks.
+at::Tensor sparse_divergence(const at::Tensor& student_logits, const SparseTeacher& t, const at::Tensor& counted,
+                             const TokenDivergence& d, double temperature) {
+  const int64_t vocab = student_logits.size(-1), width = t.ids.size(-1);
+  at::Tensor s = as_float(student_logits).reshape({-1, vocab});
+  at::Tensor ids = t.ids.reshape({-1, width});
+  at::Tensor lt = as_float(t.log_probs).detach().reshape({-1, width + 1});
+  at::Tensor rows = counted.reshape({-1}).nonzero().squeeze(1);
+  if (rows.numel() < s.size(0)) {
+    s = s.index_select(0, rows);
+    ids = ids.index_select(0, rows);
+    lt = lt.index_select(0, rows);
+  }
+  if (s.size(0) == 0) return as_float(student_logits).sum() * 0;
+  lt = at::where(at::cat({ids.lt(0), at::zeros({lt.size(0), 1}, ids.options().dtype(at::kBool))}, 1) | lt.isneginf(),
+                 at::full({}, kNoMass, lt.options()), lt);
+  return divergence_rows(student_buckets(at::log_softmax(s / temperature, -1), ids), lt, d).sum() / s.size(0);
+}
+
+}  // namespace
+
+at::Tensor lm_kd_loss(const at::Tensor& student_logits, const at::Tensor& teacher_logits, const at::Tensor& labels,
+                      const TokenDivergence& divergence, double temperature, double alpha) {
+  check_lm_logits("lm_kd_loss", student_logits, teacher_logits);
+  return kd_with_ce("lm_kd_loss", student_logits, labels, temperature, alpha, [&](const at::Tensor& counted) {
+    return token_divergence(student_logits, teacher_logits, counted, divergence, temperature);
+  });
+}
+
+at::Tensor lm_kd_loss(const at::Tensor& student_logits, const SparseTeacher& teacher, const at::Tensor& labels,
+                      const TokenDivergence& divergence, double temperature, double alpha) {
+  PARE_CHECK(student_logits.dim() >= 2 && student_logits.size(-1) > 0,
+             "lm_kd_loss requires logits [..., V] of rank >= 2 with V > 0. However, they have shape ",
+             student_logits.sizes());
+  check_sparse("lm_kd_loss", student_logits, teacher);
+  return kd_with_ce("lm_kd_loss", student_logits, labels, temperature, alpha, [&](const at::Tensor& counted) {
+    return sparse_divergence(student_logits, teacher, counted, divergence, temperature);
+  });
+}
+
 namespace {
 
+// One chunk's loss from its student logits s [c, V] and labels, tokens [begin, end) of the batch:
+// the mean over the chunk's counted tokens.
+using ChunkLoss = std::function<at::Tensor(const at::Tensor& s, const at::Tensor& labels, int64_t begin, int64_t end)>;
+
 struct ChunkArgs {
-  TokenDivergence divergence;
-  double temperature, alpha;
+  ChunkLoss loss;
   int64_t chunk;
   at::Tensor* predictions;
 };
@@ -308,16 +378,14 @@ struct ChunkArgs {
 // the student needs them, the gradients of the hidden states and the head; backward scales those.
 struct ChunkedLmKd : torch::autograd::Function<ChunkedLmKd> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& head,
-                            const at::Tensor& teacher_hidden, const at::Tensor& teacher_head, const at::Tensor& labels,
-                            const ChunkArgs& a) {
-    const int64_t dim = hidden.size(-1), vocab = head.size(1);
+                            const at::Tensor& labels, const ChunkArgs& a) {
+    const int64_t dim = hidden.size(-1);
     const at::Tensor h = hidden.detach().reshape({-1, dim});
-    const at::Tensor th = teacher_hidden.detach().reshape({-1, teacher_hidden.size(-1)});
     const at::Tensor y = labels.reshape({-1}).to(at::kLong);
     const int64_t tokens = h.size(0);
     const int64_t counted = (y != -100).sum().item<int64_t>();
     const bool grads = hidden.requires_grad() || head.requires_grad();
-    const at::Tensor w = as_float(head.detach()), tw = teacher_head.detach();
+    const at::Tensor w = as_float(head.detach());
     at::Tensor grad_h = grads ? at::zeros({tokens, dim}, h.options().dtype(at::kFloat)) : at::Tensor();
     at::Tensor grad_w = grads ? at::zeros_like(w) : at::Tensor();
     at::Tensor pred = a.predictions ? at::empty({tokens}, y.options()) : at::Tensor();
@@ -326,7 +394,6 @@ struct ChunkedLmKd : torch::autograd::Function<ChunkedLmKd> {
       const int64_t end = std::min(tokens, begin + a.chunk);
       const at::Tensor yc = y.slice(0, begin, end);
       const int64_t n = counted > 0 ? (yc != -100).sum().item<int64_t>() : 0;
-      const at::Tensor t = as_float(at::matmul(th.slice(0, begin, end), tw));
       at::AutoGradMode grad_mode(grads && n > 0);
       at::Tensor hc = as_float(h.slice(0, begin, end)), wc = w;
       if (grads && n > 0) {
@@ -336,9 +403,8 @@ struct ChunkedLmKd : torch::autograd::Function<ChunkedLmKd> {
       const at::Tensor s = at::matmul(hc, wc);
       if (pred.defined()) pred.slice(0, begin, end).copy_(s.detach().argmax(-1));
       if (n == 0) continue;
-      // lm_kd_loss averages over the chunk's counted tokens; weighted back to the whole batch's.
-      const at::Tensor loss = lm_kd_loss(s, t, yc, a.divergence, a.temperature, a.alpha) *
-                              (static_cast<double>(n) / static_cast<double>(counted));
+      // The chunk's loss averages over its counted tokens; weighted back to the whole batch's.
+      const at::Tensor loss = a.loss(s, yc, begin, end) * (static_cast<double>(n) / static_cast<double>(counted));
       if (grads) {
         const auto g = torch::autograd::grad({loss}, {hc, wc});
         grad_h.slice(0, begin, end).copy_(g[0]);
@@ -355,9 +421,27 @@ struct ChunkedLmKd : torch::autograd::Function<ChunkedLmKd> {
                                                  torch::autograd::variable_list grad_out) {
     const auto saved = ctx->get_saved_variables();
     const at::Tensor& g = grad_out[0];
-    return {saved[0] * g, saved[1] * g, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    return {saved[0] * g, saved[1] * g, at::Tensor(), at::Tensor()};
   }
 };
+
+void check_chunked(const at::Tensor& student_hidden, const at::Tensor& student_head, const at::Tensor& labels,
+                   double temperature, double alpha, int64_t chunk_tokens) {
+  check_temperature(temperature);
+  check_alpha(alpha);
+  PARE_CHECK(chunk_tokens >= 1, "chunked_lm_kd_loss requires chunks of at least 1 token. However, it got ",
+             chunk_tokens);
+  PARE_CHECK(student_hidden.defined() && student_head.defined() && labels.defined(),
+             "chunked_lm_kd_loss requires the hidden states, heads and labels of both models");
+  PARE_CHECK(student_hidden.dim() >= 2 && student_head.dim() == 2 && student_head.size(0) == student_hidden.size(-1),
+             "chunked_lm_kd_loss requires hidden states [..., D] of rank >= 2 and a head [D, V]. However, the "
+             "student's hidden states have shape ", student_hidden.sizes(), " and its head ", student_head.sizes());
+  PARE_CHECK(labels.sizes() == student_hidden.sizes().slice(0, student_hidden.dim() - 1) &&
+                 at::isIntegralType(labels.scalar_type(), /*includeBool=*/false),
+             "chunked_lm_kd_loss requires integer labels of the hidden states' leading shape ",
+             student_hidden.sizes().slice(0, student_hidden.dim() - 1), ". However, they are ", labels.scalar_type(),
+             " ", labels.sizes());
+}
 
 }  // namespace
 
@@ -365,30 +449,38 @@ at::Tensor chunked_lm_kd_loss(const at::Tensor& student_hidden, const at::Tensor
                               const at::Tensor& teacher_hidden, const at::Tensor& teacher_head, const at::Tensor& labels,
                               const TokenDivergence& divergence, double temperature, double alpha,
                               int64_t chunk_tokens, at::Tensor* predictions) {
-  check_temperature(temperature);
-  check_alpha(alpha);
-  PARE_CHECK(chunk_tokens >= 1, "chunked_lm_kd_loss requires chunks of at least 1 token. However, it got ",
-             chunk_tokens);
-  PARE_CHECK(student_hidden.defined() && student_head.defined() && teacher_hidden.defined() &&
-                 teacher_head.defined() && labels.defined(),
-             "chunked_lm_kd_loss requires the hidden states, heads and labels of both models");
-  PARE_CHECK(student_hidden.dim() >= 2 && teacher_hidden.dim() == student_hidden.dim() &&
+  check_chunked(student_hidden, student_head, labels, temperature, alpha, chunk_tokens);
+  PARE_CHECK(teacher_hidden.defined() && teacher_head.defined() && teacher_hidden.dim() == student_hidden.dim() &&
                  teacher_hidden.sizes().slice(0, teacher_hidden.dim() - 1) ==
                      student_hidden.sizes().slice(0, student_hidden.dim() - 1),
-             "chunked_lm_kd_loss requires hidden states [..., D] of rank >= 2 with the same leading shape. However, "
-             "the student's have shape ", student_hidden.sizes(), " and the teacher's ", teacher_hidden.sizes());
-  PARE_CHECK(student_head.dim() == 2 && teacher_head.dim() == 2 && student_head.size(0) == student_hidden.size(-1) &&
-                 teacher_head.size(0) == teacher_hidden.size(-1) && student_head.size(1) == teacher_head.size(1),
+             "chunked_lm_kd_loss requires hidden states [..., D] with the same leading shape. However, "
+             "the student's have shape ", student_hidden.sizes(), " and the teacher's ",
+             teacher_hidden.defined() ? teacher_hidden.sizes() : at::IntArrayRef());
+  PARE_CHECK(teacher_head.dim() == 2 && teacher_head.size(0) == teacher_hidden.size(-1) &&
+                 student_head.size(1) == teacher_head.size(1),
              "chunked_lm_kd_loss requires heads [D, V] fitting the hidden states, with the same vocabulary V. "
              "However, the student's head has shape ", student_head.sizes(), " for hidden states ",
              student_hidden.sizes(), " and the teacher's ", teacher_head.sizes(), " for ", teacher_hidden.sizes());
-  PARE_CHECK(labels.sizes() == student_hidden.sizes().slice(0, student_hidden.dim() - 1) &&
-                 at::isIntegralType(labels.scalar_type(), /*includeBool=*/false),
-             "chunked_lm_kd_loss requires integer labels of the hidden states' leading shape ",
-             student_hidden.sizes().slice(0, student_hidden.dim() - 1), ". However, they are ", labels.scalar_type(),
-             " ", labels.sizes());
-  return ChunkedLmKd::apply(student_hidden, student_head, teacher_hidden, teacher_head, labels,
-                            ChunkArgs{divergence, temperature, alpha, chunk_tokens, predictions});
+  const at::Tensor th = teacher_hidden.detach().reshape({-1, teacher_hidden.size(-1)}), tw = teacher_head.detach();
+  ChunkLoss loss = [&](const at::Tensor& s, const at::Tensor& yc, int64_t begin, int64_t end) {
+    return lm_kd_loss(s, as_float(at::matmul(th.slice(0, begin, end), tw)), yc, divergence, temperature, alpha);
+  };
+  return ChunkedLmKd::apply(student_hidden, student_head, labels, ChunkArgs{loss, chunk_tokens, predictions});
+}
+
+at::Tensor chunked_lm_kd_loss(const at::Tensor& student_hidden, const at::Tensor& student_head,
+                              const SparseTeacher& teacher, const at::Tensor& labels,
+                              const TokenDivergence& divergence, double temperature, double alpha,
+                              int64_t chunk_tokens, at::Tensor* predictions) {
+  check_chunked(student_hidden, student_head, labels, temperature, alpha, chunk_tokens);
+  check_sparse("chunked_lm_kd_loss", student_hidden, teacher);
+  const int64_t width = teacher.ids.size(-1);
+  const at::Tensor ids = teacher.ids.reshape({-1, width}), lp = teacher.log_probs.reshape({-1, width + 1});
+  ChunkLoss loss = [&](const at::Tensor& s, const at::Tensor& yc, int64_t begin, int64_t end) {
+    return lm_kd_loss(s, SparseTeacher{ids.slice(0, begin, end), lp.slice(0, begin, end)}, yc, divergence,
+                      temperature, alpha);
+  };
+  return ChunkedLmKd::apply(student_hidden, student_head, labels, ChunkArgs{loss, chunk_tokens, predictions});
 }
 
 at::Tensor logits_mse_loss(const at::Tensor& student, const at::Tensor& teacher) {

@@ -6,6 +6,8 @@
 //   lm_kd_loss(s, t, y, d, T, a)     a * T^2 * token_divergence + (1 - a) * next-token cross-entropy
 //   chunked_lm_kd_loss(hs, Ws, ht, Wt, y, d, T, a, c)  the same from last hidden states and LM heads,
 //                                    c tokens at a time: never the whole [tokens, vocabulary] logits
+//   lm_kd_loss(s, sparse, y, d, T, a)  the same against a teacher kept sparsely (a teacher cache)
+//   chunked_lm_kd_loss(hs, Ws, sparse, y, d, T, a, c)  and chunked
 //   logits_mse_loss(s, t)            mean squared error between logits
 //   cosine_loss(s, t)                mean over rows of 1 - cos(s_i, t_i)
 //   attention_transfer_loss(s, t)    MiniLM-style KL between attention distributions
@@ -103,6 +105,31 @@ at::Tensor lm_kd_loss(const at::Tensor& student_logits, const at::Tensor& teache
 /// not fit together, chunk_tokens < 1, and what lm_kd_loss throws.
 at::Tensor chunked_lm_kd_loss(const at::Tensor& student_hidden, const at::Tensor& student_head,
                               const at::Tensor& teacher_hidden, const at::Tensor& teacher_head, const at::Tensor& labels,
+                              const TokenDivergence& divergence, double temperature, double alpha,
+                              int64_t chunk_tokens, at::Tensor* predictions = nullptr);
+
+/// A teacher's distribution per token kept sparsely, as a language model's teacher cache holds it
+/// (engine::LmTeacherCacheFile): `ids` [..., W] int64, the tokens it names (-1: padding), and
+/// `log_probs` [..., W + 1] float, their log-probabilities at the cache's temperature and last the
+/// log of the mass on the tokens it does not name (-inf, as padding's, for none).
+struct SparseTeacher {
+  at::Tensor ids, log_probs;
+};
+
+/// lm_kd_loss against a sparse teacher: the divergence is computed over W + 1 buckets, the
+/// teacher's named tokens and the rest, the student's distribution (at T) collapsed onto the same
+/// buckets. fkl is then the top-k KL with a tail bucket (equal to lm_kd_loss's topk:W for the same
+/// teacher); with sampled counts (no rest) it is Sparse Logit Sampling's unbiased estimate. rkl and
+/// jsd:1 need the teacher's mass on every token the student names, which sampled caches do not keep:
+/// the caller refuses them. Throws InputError for shapes that do not fit together, and what
+/// lm_kd_loss throws.
+at::Tensor lm_kd_loss(const at::Tensor& student_logits, const SparseTeacher& teacher, const at::Tensor& labels,
+                      const TokenDivergence& divergence, double temperature, double alpha);
+
+/// chunked_lm_kd_loss against a sparse teacher: the student's logits made and dropped chunk by
+/// chunk as there. Equals the plain sparse lm_kd_loss up to rounding.
+at::Tensor chunked_lm_kd_loss(const at::Tensor& student_hidden, const at::Tensor& student_head,
+                              const SparseTeacher& teacher, const at::Tensor& labels,
                               const TokenDivergence& divergence, double temperature, double alpha,
                               int64_t chunk_tokens, at::Tensor* predictions = nullptr);
 

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <sstream>
 
 #include "core/error.h"
@@ -63,6 +64,14 @@ class StagedDir {
   int rank_;
   bool committed_ = false;
 };
+
+// The index's list of shards: rank q holds rows [n q / world, n (q + 1) / world).
+nlohmann::json shards_json(int64_t n, int world) {
+  nlohmann::json shards = nlohmann::json::array();
+  for (int q = 0; q < world; ++q)
+    shards.push_back({{"rank", q}, {"begin", n * q / world}, {"end", n * (q + 1) / world}});
+  return shards;
+}
 
 }  // namespace
 
@@ -131,8 +140,6 @@ TeacherCacheReport write_teacher_cache(Teacher& teacher, const std::string& teac
   r.entries = k;
   r.bytes_per_sample = static_cast<double>(k * (idx.element_size() + 2) + 2);
   if (rank == 0) {
-    nlohmann::json shards = nlohmann::json::array();
-    for (int q = 0; q < world; ++q) shards.push_back({{"rank", q}, {"begin", n * q / world}, {"end", n * (q + 1) / world}});
     nlohmann::json j = {{"format", engine::kTeacherCacheFormat},
                         {"kind", sampled ? "sampled" : "top-k"},
                         {"entries", k},
@@ -143,7 +150,115 @@ TeacherCacheReport write_teacher_cache(Teacher& teacher, const std::string& teac
                         {"data", data},
                         {"checksum", engine::dataset_checksum(ds)},
                         {"bytes_per_sample", r.bytes_per_sample},
-                        {"shards", shards}};
+                        {"shards", shards_json(n, world)}};
+    write_file_atomic(join_path(staged.path(), "index.json"), j.dump(1) + "\n");
+  }
+  staged.commit(pg);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+namespace {
+
+// One batch of windows' rows: each token's top-k (or sampled) entries of log_softmax(logits / T).
+void append_lm_rows(const at::Tensor& logits, const TeacherCacheOptions& o, at::Generator& gen,
+                    std::vector<uint8_t>& rows, std::vector<int64_t>& offsets) {
+  const int64_t windows = logits.size(0), seq = logits.size(1), vocab = logits.size(2);
+  const at::Tensor lp = at::log_softmax(logits.to(at::kFloat).reshape({-1, vocab}) / o.temperature, -1);
+  const bool sampled = o.sample > 0;
+  at::Tensor ids, values, rest;
+  if (!sampled) {
+    auto top = lp.topk(std::min(o.top_k, vocab), -1);
+    values = std::get<0>(top).contiguous();
+    ids = std::get<1>(top).contiguous();
+    const double inf = std::numeric_limits<double>::infinity();
+    rest = at::logsumexp(lp.scatter(-1, ids, -inf), {-1}).contiguous();
+  } else {
+    ids = std::get<0>(at::multinomial(lp.exp(), o.sample, /*replacement=*/true, gen).sort(-1)).contiguous();
+  }
+  const int64_t k = ids.size(1);
+  std::vector<engine::LmCacheEntry> entries;
+  for (int64_t w = 0; w < windows; ++w) {
+    for (int64_t t = w * seq; t < (w + 1) * seq; ++t) {
+      const int64_t* id = ids.data_ptr<int64_t>() + t * k;
+      entries.clear();
+      if (!sampled) {
+        for (int64_t i = 0; i < k; ++i) entries.push_back({id[i], values.data_ptr<float>()[t * k + i]});
+        engine::append_lm_top_k_row(rows, entries, rest.data_ptr<float>()[t]);
+      } else {
+        for (int64_t i = 0; i < k; ++i) {  // the draws sorted: runs of one token are its count
+          if (i > 0 && id[i] == id[i - 1]) ++entries.back().value;
+          else entries.push_back({id[i], 1.0f});
+        }
+        engine::append_lm_sampled_row(rows, entries);
+      }
+    }
+    offsets.push_back(static_cast<int64_t>(rows.size()));
+  }
+}
+
+}  // namespace
+
+TeacherCacheReport write_lm_teacher_cache(core::Module& teacher, const std::string& teacher_name,
+                                          const std::string& tokenizer_json, const core::TensorDataset& ds,
+                                          const std::string& data, const TeacherCacheOptions& o, const std::string& dir,
+                                          dist::ProcessGroup* pg) {
+  PARE_CHECK_OPTION(o.temperature > 0 && std::isfinite(o.temperature), "temperature", "must be > 0, got ",
+                    o.temperature);
+  const int64_t k = o.sample > 0 ? o.sample : o.top_k;
+  PARE_CHECK_OPTION(k >= 1 && k <= 1024, o.sample > 0 ? "sample" : "top_k",
+                    "must lie in [1, 1024] for a language model, got ", k);
+  PARE_CHECK_OPTION(o.batch_size >= 1, "batch_size", "must be at least 1, got ", o.batch_size);
+  PARE_CHECK(ds.size() > 0 && ds.x.dim() == 2, "the text '", data, "' gives no windows of tokens");
+  const auto t0 = std::chrono::steady_clock::now();
+  const int rank = pg ? pg->rank() : 0, world = pg ? pg->size() : 1;
+  StagedDir staged(dir, rank, pg);
+  const int64_t n = ds.size(), seq = ds.x.size(1), begin = n * rank / world, end = n * (rank + 1) / world;
+  std::vector<uint8_t> rows;
+  std::vector<int64_t> offsets = {0};
+  at::NoGradGuard no_grad;
+  // The vocabulary from two tokens, on every rank (one without windows too).
+  const int64_t vocab = teacher.forward({ds.x.narrow(0, 0, 1).narrow(1, 0, std::min<int64_t>(2, seq))})[0].size(-1);
+  PARE_CHECK(vocab <= engine::kTeacherCacheMaxClasses, teacher_name, " has a vocabulary of ", vocab,
+             "; a teacher cache holds at most 2^24 tokens");
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(o.seed * 1000003ULL + static_cast<uint64_t>(rank));
+  for (int64_t i = begin; i < end; i += o.batch_size) {
+    const int64_t m = std::min(o.batch_size, end - i);
+    const at::Tensor logits = teacher.forward({ds.x.narrow(0, i, m)})[0];
+    PARE_CHECK(logits.dim() == 3 && logits.size(-1) == vocab, teacher_name, " gave logits ", logits.sizes(),
+               ", expected [windows, tokens, ", vocab, "]");
+    append_lm_rows(logits, o, gen, rows, offsets);
+    if (o.progress && rank == 0)
+      std::fprintf(stderr, "\rteacher-cache: %lld/%lld windows, %.0f bytes a token", (long long)(i + m - begin),
+                   (long long)(end - begin),
+                   static_cast<double>(rows.size()) / static_cast<double>((i + m - begin) * seq));
+  }
+  if (o.progress && rank == 0) std::fprintf(stderr, "\n");
+  const at::Tensor bytes = at::from_blob(rows.data(), {static_cast<int64_t>(rows.size())}, at::kByte);
+  core::save_npy(bytes, engine::teacher_cache_shard(staged.path(), rank, "rows"));
+  core::save_npy(at::tensor(offsets, at::kLong), engine::teacher_cache_shard(staged.path(), rank, "offsets"));
+  // Every rank's bytes and vocabulary, for the index (a rank of no windows has no vocabulary).
+  at::Tensor bytes_total = at::tensor({static_cast<double>(rows.size())}, at::kDouble);
+  if (pg) pg->all_reduce(bytes_total, dist::Reduce::kSum);  // every rank's, for the index
+  TeacherCacheReport r;
+  r.samples = n;
+  r.classes = vocab;
+  r.entries = o.sample > 0 ? k : std::min(k, vocab);
+  r.bytes_per_sample = (bytes_total.item<double>() + 8.0 * static_cast<double>(n)) / static_cast<double>(n * seq);
+  if (rank == 0) {
+    write_file_atomic(join_path(staged.path(), "tokenizer.json"), tokenizer_json);
+    nlohmann::json j = {{"format", engine::kTeacherCacheFormat},
+                        {"kind", o.sample > 0 ? "lm-sampled" : "lm-top-k"},
+                        {"entries", o.sample > 0 ? k : std::min(k, r.classes)},  // draws, or tokens a row
+                        {"temperature", o.temperature},
+                        {"classes", r.classes},
+                        {"samples", n},
+                        {"seq", seq},
+                        {"teacher", teacher_name},
+                        {"data", data},
+                        {"checksum", engine::dataset_checksum(ds)},
+                        {"bytes_per_token", r.bytes_per_sample},
+                        {"shards", shards_json(n, world)}};
     write_file_atomic(join_path(staged.path(), "index.json"), j.dump(1) + "\n");
   }
   staged.commit(pg);

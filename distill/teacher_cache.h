@@ -22,6 +22,7 @@
 #include <string>
 
 #include "core/data.h"
+#include "core/module.h"
 #include "distill/teacher.h"
 #include "engine/cache.h"
 
@@ -41,7 +42,7 @@ struct TeacherCacheOptions {
 };
 
 struct TeacherCacheReport {
-  int64_t samples = 0, classes = 0, entries = 0;  ///< entries per sample (k, or draws)
+  int64_t samples = 0, classes = 0, entries = 0;  ///< entries per sample (k, or draws); a language model's: per token
   double bytes_per_sample = 0, seconds = 0;
 };
 
@@ -55,5 +56,17 @@ TeacherCacheReport write_teacher_cache(Teacher& teacher, const std::string& teac
                                        const core::TensorDataset& ds, const std::string& data,
                                        const TeacherCacheOptions& opts, const std::string& dir,
                                        dist::ProcessGroup* pg = nullptr);
+
+/// The cache of a language model teacher (engine::LmTeacherCacheFile's format): `teacher` runs
+/// over the token windows `windows` (x [N, S]; named `data` in the index), and each token's
+/// next-token distribution at opts.temperature is kept as its top opts.top_k tokens with the rest's
+/// mass, or as opts.sample draws. `tokenizer_json` (the teacher's tokenizer.json text) is written
+/// beside the index, so that a student is checked against it and a new one takes it. Replaces `dir`
+/// whole as write_teacher_cache does, and shards the windows by rank the same way. Throws
+/// InputError for bad options (K outside [1, 1024]).
+TeacherCacheReport write_lm_teacher_cache(core::Module& teacher, const std::string& teacher_name,
+                                          const std::string& tokenizer_json, const core::TensorDataset& windows,
+                                          const std::string& data, const TeacherCacheOptions& opts,
+                                          const std::string& dir, dist::ProcessGroup* pg = nullptr);
 
 }  // namespace pare::distill

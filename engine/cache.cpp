@@ -34,6 +34,14 @@ std::string dataset_checksum(const core::TensorDataset& ds) {
   return buf;
 }
 
+void LmTeacherCacheFile::check(const core::TensorDataset& ds) const {
+  PARE_CHECK(ds.size() == windows && ds.x.dim() == 2 && ds.x.size(1) == seq && dataset_checksum(ds) == checksum,
+             describe(), " was built for other text or another tokenizer or window length (", windows, " windows of ",
+             seq, " tokens, checksum ", checksum, ") than '", ds.name, "' (", ds.size(), " windows of ",
+             ds.x.dim() == 2 ? ds.x.size(1) : 0, " tokens, checksum ", dataset_checksum(ds),
+             "); rebuild it from the same text in windows of the same length");
+}
+
 CachedEngine::CachedEngine(const std::string& dir) : dir_(dir), cache_(TeacherCacheFile::read(dir)) {}
 
 std::string CachedEngine::describe() const { return "teacher cache '" + dir_ + "' (" + cache_.kind + ")"; }

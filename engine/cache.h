@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "core/data.h"
@@ -41,6 +42,57 @@ struct TeacherCacheFile {
   /// The cached distribution of dataset rows `rows` (int64, each in [0, samples)) as logits
   /// T * log(p), [rows, classes], float, on the CPU. Throws InputError for rows out of range.
   at::Tensor logits(const at::Tensor& rows) const;
+};
+
+/// A language model's teacher cache (`pare teacher-cache` of one; distill/teacher_cache.h writes it):
+/// for every token of every window of the data, the teacher's next-token distribution at the
+/// cache's temperature, kept sparsely, one row per token:
+///   lm-top-k    the K most likely tokens with their log-probabilities, as steps of a 256-step
+///               uniform grid between the row's largest and smallest (kept as fp16), and the log of
+///               the mass on the other tokens (fp16);
+///   lm-sampled  K tokens drawn from the distribution, kept as the distinct tokens and their counts
+///               (Elias gamma codes): the empirical distribution count / K, unbiased in expectation.
+/// A row: the number of tokens n (uint16 LE), the tokens' Rice parameter r (uint8), for lm-top-k
+/// the values' Rice parameter v (uint8, at most 8) and the largest and smallest log-probability and
+/// the rest's (3 x fp16 LE), then bits, least significant first: the tokens in ascending order as
+/// Rice(r) codes of their gaps (the first token, then each next minus the previous minus 1), then
+/// the n grid steps as Rice(v) codes (most of the K lie near the smallest, step 0) or the n counts
+/// as Elias gamma codes, to a byte boundary. Each parameter is the row's best.
+/// Files: DIR/index.json, DIR/tokenizer.json (the teacher's tokenizer: the student's must be the
+/// same), and per rank DIR/shard-R.rows.npy (uint8, its windows' rows one after another) and
+/// DIR/shard-R.offsets.npy (int64 [windows + 1], where each window's rows begin).
+struct LmCacheEntry {
+  int64_t token;
+  float value;  ///< log-probability (lm-top-k) or count (lm-sampled)
+};
+/// Appends one token's lm-top-k row: `entries` the named tokens (distinct, in any order, at least
+/// one) with their log-probabilities (<= 0), `log_rest` the log of the mass on the others (-inf:
+/// none).
+void append_lm_top_k_row(std::vector<uint8_t>& out, std::vector<LmCacheEntry> entries, float log_rest);
+/// Appends one token's lm-sampled row: `entries` the distinct tokens drawn with their counts (>= 1).
+void append_lm_sampled_row(std::vector<uint8_t>& out, std::vector<LmCacheEntry> entries);
+
+/// A language model's teacher cache read back (engine/cache_file.cpp; fuzzed by teacher_cache_fuzz):
+/// every row is decoded and checked on reading.
+struct LmTeacherCacheFile {
+  std::string dir, kind, checksum;  ///< "lm-top-k" or "lm-sampled"; dataset_checksum() of the windows
+  std::string tokenizer;            ///< path of the teacher's tokenizer.json in the folder
+  int64_t windows = 0, seq = 0, vocab = 0, entries = 0;
+  double temperature = 0;
+  at::Tensor rows;               ///< uint8: the shards' rows, concatenated
+  std::vector<int64_t> offsets;  ///< [windows + 1]: window w's rows are rows[offsets[w], offsets[w + 1])
+
+  /// Reads DIR/index.json and every shard it lists, decoding every row. Throws InputError naming the
+  /// file and what is wrong when anything is missing, malformed or inconsistent (a classifier's
+  /// cache included).
+  static LmTeacherCacheFile read(const std::string& dir);
+  /// The teacher of windows `rows` (int64 [n], each in [0, windows)): token ids [n, seq, entries]
+  /// (int64, -1 padding) and log-probabilities [n, seq, entries + 1] (float, last the rest's; -inf
+  /// for no mass), the fields of distill::SparseTeacher. Throws InputError for rows out of range.
+  std::pair<at::Tensor, at::Tensor> teacher(const at::Tensor& rows) const;
+  /// Throws InputError unless `ds` holds the windows the cache was built from.
+  void check(const core::TensorDataset& ds) const;
+  std::string describe() const { return "teacher cache '" + dir + "' (" + kind + ")"; }
 };
 
 /// The teacher read back from a cache: its targets for batch rows come from the cache, rebuilt as

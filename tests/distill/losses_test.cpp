@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <limits>
 #include <fstream>
 #include <sstream>
 
@@ -584,6 +585,104 @@ TEST(ChunkedLmKdLoss, NoCountedTokenGivesZeroAndBadShapesAreRefused) {
 // The C++ side of tests/peer/lm_kd_loss_test.sh: TRL's GKDTrainer.generalized_jsd_loss on the same
 // logits. Reads DIR/cases.txt ("name beta T" per line) and DIR/<name>.{s,t,y}.npy; writes the loss
 // and its gradient wrt the student as DIR/<name>.{loss,grad}.npy.
+namespace {
+// The sparse teacher of dense logits t [..., V] at T: its top k tokens (in any order) with exact
+// log-probabilities and the rest's mass.
+distill::SparseTeacher sparse_of(const at::Tensor& t, int64_t k, double T) {
+  const at::Tensor lt = at::log_softmax(t / T, -1);
+  auto [values, ids] = lt.topk(k, -1);
+  const at::Tensor flip = at::arange(k - 1, -1, -1, at::kLong);  // ascending order: the order must not matter
+  ids = ids.index_select(-1, flip);
+  values = values.index_select(-1, flip);
+  const at::Tensor rest = at::logsumexp(lt.scatter(-1, ids, -std::numeric_limits<double>::infinity()), {-1}, true);
+  return {ids, at::cat({values, rest}, -1)};
+}
+}  // namespace
+
+TEST(SparseLmKdLoss, TopKCacheEqualsTopKDivergenceOfTheWholeTeacher) {
+  const at::Tensor s = randn({2, 6, 40}, 41, 2.0), t = randn({2, 6, 40}, 42, 2.0);
+  at::Tensor y = at::randint(0, 40, {2, 6}, at::make_generator<at::CPUGeneratorImpl>(43));
+  y.index_put_({1, 2}, -100);
+  for (int64_t k : {1, 5, 39})
+    for (double T : {1.0, 2.0})
+      for (double alpha : {0.5, 1.0}) {
+        const std::string what =
+            "k " + std::to_string(k) + " T " + std::to_string(T) + " alpha " + std::to_string(alpha);
+        at::Tensor s1 = leaf(s), s2 = leaf(s);
+        const at::Tensor dense = distill::lm_kd_loss(s1, t, y, TokenDivergence::parse("topk:" + std::to_string(k)), T,
+                                                     alpha);
+        const at::Tensor sparse =
+            distill::lm_kd_loss(s2, sparse_of(t, k, T), y, TokenDivergence::parse("fkl"), T, alpha);
+        dense.backward();
+        sparse.backward();
+        EXPECT_NEAR(sparse.item<double>(), dense.item<double>(), 1e-5) << what;
+        EXPECT_LE((s2.grad() - s1.grad()).abs().max().item<double>(), 1e-6) << what;
+      }
+  // Every token named, nothing in the rest: the whole forward KL (and reverse, and JSD).
+  for (const char* spec : {"fkl", "rkl", "jsd:0.5"}) {
+    const auto d = TokenDivergence::parse(spec);
+    EXPECT_NEAR(distill::lm_kd_loss(s, sparse_of(t, 40, 1.0), y, d, 1.0, 1.0).item<double>(),
+                distill::lm_kd_loss(s, t, y, d, 1.0, 1.0).item<double>(), 1e-5) << spec;
+  }
+}
+
+TEST(SparseLmKdLoss, SampledCountsGiveTheEmpiricalForwardKlAndPaddingIsIgnored) {
+  const at::Tensor s = randn({3, 20}, 44);
+  // Row 0 drew token 3 twice and 7 once; row 1 token 0 three times; row 2 tokens 19, 4, 5 (padding -1 last).
+  const at::Tensor ids = at::tensor({3, 7, -1, 0, -1, -1, 19, 4, 5}, at::kLong).reshape({3, 3});
+  const double inf = std::numeric_limits<double>::infinity();
+  const at::Tensor lp = at::tensor({std::log(2 / 3.), std::log(1 / 3.), -inf, -inf, 0.0, -inf, -inf, -inf,
+                                    std::log(1 / 3.), std::log(1 / 3.), std::log(1 / 3.), -inf},
+                                   at::kFloat)
+                             .reshape({3, 4});
+  const at::Tensor y = at::tensor({1, 2, 3}, at::kLong);
+  at::Tensor sl = leaf(s);
+  const at::Tensor loss = distill::lm_kd_loss(sl, {ids, lp}, y, TokenDivergence::parse("fkl"), 1.0, 1.0);
+  loss.backward();
+  const at::Tensor ls = at::log_softmax(s.to(at::kDouble), -1);
+  auto term = [&](int r, int tok, double p) { return p * (std::log(p) - ls[r][tok].item<double>()); };
+  const double ref = (term(0, 3, 2 / 3.) + term(0, 7, 1 / 3.) + term(1, 0, 1.0) + term(2, 19, 1 / 3.) +
+                      term(2, 4, 1 / 3.) + term(2, 5, 1 / 3.)) / 3;
+  EXPECT_NEAR(loss.item<double>(), ref, 1e-5);
+  // The gradient is (softmax(s) - counts / K) / rows: unbiased for the teacher's.
+  at::Tensor target = at::zeros({3, 20}, at::kDouble);
+  target[0][3] = 2 / 3.;
+  target[0][7] = 1 / 3.;
+  target[1][0] = 1.0;
+  for (int tok : {19, 4, 5}) target[2][tok] = 1 / 3.;
+  EXPECT_LE((sl.grad().to(at::kDouble) - (ls.exp() - target) / 3).abs().max().item<double>(), 1e-6);
+  EXPECT_TRUE(std::isfinite(loss.item<double>()));
+}
+
+TEST(SparseLmKdLoss, ChunkedEqualsPlainAndBadShapesAreRefused) {
+  const int64_t D = 16, V = 50;
+  const at::Tensor hs = randn({2, 7, D}, 45), embed = randn({V, D}, 46, 0.5), t = randn({2, 7, V}, 47, 2.0);
+  at::Tensor y = at::randint(0, V, {2, 7}, at::make_generator<at::CPUGeneratorImpl>(48));
+  y.index_put_({0, 0}, -100);
+  for (const char* spec : {"fkl", "rkl", "jsd:0.5", "skl:0.1", "topk:3"})
+    for (int64_t chunk : {1, 3, 100}) {
+      const auto d = TokenDivergence::parse(spec);
+      const auto teacher = sparse_of(t, 8, 2.0);
+      at::Tensor h1 = leaf(hs), e1 = leaf(embed), h2 = leaf(hs), e2 = leaf(embed);
+      const at::Tensor plain = distill::lm_kd_loss(at::matmul(h1, e1.t()), teacher, y, d, 2.0, 0.5);
+      plain.backward();
+      const at::Tensor chunked = distill::chunked_lm_kd_loss(h2, e2.t(), teacher, y, d, 2.0, 0.5, chunk);
+      chunked.backward();
+      const std::string what = std::string(spec) + " chunk " + std::to_string(chunk);
+      EXPECT_NEAR(chunked.item<double>(), plain.item<double>(), 1e-5 * std::max(1.0, plain.item<double>())) << what;
+      EXPECT_LE((h2.grad() - h1.grad()).abs().max().item<double>(), 1e-5) << what;
+      EXPECT_LE((e2.grad() - e1.grad()).abs().max().item<double>(), 1e-5) << what;
+    }
+  const auto fkl = TokenDivergence::parse("fkl");
+  const auto teacher = sparse_of(t, 8, 1.0);
+  const at::Tensor logits = at::matmul(hs, embed.t());
+  EXPECT_NE(error_of([&] { distill::lm_kd_loss(logits, {teacher.ids, teacher.ids}, y, fkl, 1, 0.5); })
+                .find("sparse teacher"), std::string::npos);
+  EXPECT_NE(error_of([&] {
+              distill::lm_kd_loss(at::matmul(hs, embed.t()).narrow(1, 0, 3), teacher, y.narrow(1, 0, 3), fkl, 1, 0.5);
+            }).find("sparse teacher"), std::string::npos);
+}
+
 TEST(LmKdLossPeer, FromFiles) {
   const char* dir_env = std::getenv("PARE_LM_KD_PEER_DIR");
   if (!dir_env || !*dir_env) GTEST_SKIP() << "PARE_LM_KD_PEER_DIR is unset (tests/peer/lm_kd_loss_test.sh sets it)";

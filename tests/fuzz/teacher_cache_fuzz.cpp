@@ -1,8 +1,11 @@
-// libFuzzer target for teacher caches (engine::TeacherCacheFile, engine/cache_file.cpp):
-// an index.json and the .npy shards it lists. An input is the files one after the other, split at
-// kSplit: index.json, then shard 0's classes, probs and rest, then shard 1's, and so on; they are
-// written into a folder in /dev/shm and read back. A cache that reads must give finite logits for
-// every row; anything but a result or pare::InputError is a bug.
+// libFuzzer target for teacher caches (engine::TeacherCacheFile and, of a language model,
+// engine::LmTeacherCacheFile with its row codec; engine/cache_file.cpp): an index.json and the .npy
+// shards it lists. An input is the files one after the other, split at kSplit: index.json, then
+// shard 0's classes, probs and rest, then shard 1's, and so on; they are written into a folder in
+// /dev/shm, each shard's first two files also under a language model's names (rows, offsets), and
+// read back by both readers. A cache that reads must give finite logits for every row (a language
+// model's: ids in the vocabulary, log-probabilities <= 0 or -inf); anything but a result or
+// pare::InputError is a bug.
 //   teacher_cache_fuzz -pare_write_seed=DIR    writes a seed (a real two-shard cache) to DIR
 #include <sys/stat.h>
 #include <unistd.h>
@@ -15,11 +18,13 @@
 #include <cstring>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/error.h"
 #include "core/file_util.h"
 #include "core/tensor_io.h"
 #include "distill/teacher_cache.h"
+#include "engine/cache.h"
 
 namespace {
 
@@ -35,10 +40,11 @@ const std::string& folder() {
   return path;
 }
 
-std::string part_path(size_t i) {
+std::string part_path(size_t i, bool lm = false) {
   static const char* const what[] = {"classes", "probs", "rest"};
+  static const char* const lm_what[] = {"rows", "offsets", "unused"};
   if (i == 0) return pare::join_path(folder(), "index.json");
-  return pare::engine::teacher_cache_shard(folder(), static_cast<int>((i - 1) / 3), what[(i - 1) % 3]);
+  return pare::engine::teacher_cache_shard(folder(), static_cast<int>((i - 1) / 3), (lm ? lm_what : what)[(i - 1) % 3]);
 }
 
 void write(const std::string& path, std::string_view bytes) {
@@ -63,6 +69,24 @@ void write_seed(const std::string& dir) {
     }
   }
   write(pare::join_path(dir, "two_shards.bin"), input);
+  // A language model's: 3 windows of 2 tokens over a vocabulary of 50, top-3 rows, in two shards.
+  input = R"({"format": "pare-teacher-cache-1", "kind": "lm-top-k", "entries": 3, "temperature": 1.0,)"
+          R"( "classes": 50, "samples": 3, "seq": 2, "checksum": "0123456789abcdef",)"
+          R"( "shards": [{"rank": 0, "begin": 0, "end": 2}, {"rank": 1, "begin": 2, "end": 3}]})";
+  for (int64_t windows : {2, 1}) {
+    std::vector<uint8_t> rows;
+    std::vector<int64_t> offsets = {0};
+    for (int64_t w = 0; w < windows; ++w) {
+      for (int t = 0; t < 2; ++t)
+        pare::engine::append_lm_top_k_row(rows, {{3 + t, -0.5f}, {41, -1.5f}, {7, -2.25f}}, -3.0f);
+      offsets.push_back(static_cast<int64_t>(rows.size()));
+    }
+    pare::core::save_npy(at::from_blob(rows.data(), {static_cast<int64_t>(rows.size())}, at::kByte), npy);
+    input += std::string(kSplit) + pare::read_file(npy);
+    pare::core::save_npy(at::tensor(offsets, at::kLong), npy);
+    input += std::string(kSplit) + pare::read_file(npy) + std::string(kSplit);
+  }
+  write(pare::join_path(dir, "lm_two_shards.bin"), input);
 }
 
 }  // namespace
@@ -79,9 +103,12 @@ extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view in(reinterpret_cast<const char*>(data), size);
   size_t parts = 0;
+  write(pare::join_path(folder(), "tokenizer.json"), "{}");
   for (size_t at = 0;; ++parts) {
     const size_t end = in.find(kSplit, at);
-    write(part_path(parts), in.substr(at, end == std::string_view::npos ? std::string_view::npos : end - at));
+    const std::string_view part = in.substr(at, end == std::string_view::npos ? std::string_view::npos : end - at);
+    write(part_path(parts), part);
+    if (parts > 0) write(part_path(parts, /*lm=*/true), part);
     if (end == std::string_view::npos || parts == 30) break;
     at = end + kSplit.size();
   }
@@ -100,6 +127,27 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::fprintf(stderr, "teacher_cache_fuzz: the reader threw something other than InputError: %s\n", e.what());
     std::abort();
   }
-  for (size_t i = 0; i <= parts; ++i) std::remove(part_path(i).c_str());
+  try {
+    const auto cache = pare::engine::LmTeacherCacheFile::read(folder());
+    bool ok = true;
+    // Windows decoded one at a time, where one is small enough to hold (read() has decoded every row).
+    for (int64_t w = 0; w < cache.windows && cache.seq * cache.entries <= (int64_t{1} << 20); ++w) {
+      const auto [ids, lp] = cache.teacher(at::full({1}, w, at::kLong));
+      ok = ok && ids.lt(cache.vocab).all().item<bool>() && ids.ge(-1).all().item<bool>() &&
+           (lp.le(0) | lp.isneginf()).all().item<bool>();
+    }
+    if (!ok) {
+      std::fprintf(stderr, "teacher_cache_fuzz: a language model's cache that reads gave tokens outside [-1, %lld) or "
+                   "log-probabilities above 0\n", (long long)cache.vocab);
+      std::abort();
+    }
+  } catch (const pare::InputError& e) {
+    if (std::getenv("PARE_FUZZ_VERBOSE")) std::fprintf(stderr, "refused (language model): %s\n", e.what());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "teacher_cache_fuzz: the language model reader threw something other than InputError: %s\n",
+                 e.what());
+    std::abort();
+  }
+  for (size_t i = 0; i <= parts; ++i) std::remove(part_path(i).c_str()), std::remove(part_path(i, true).c_str());
   return 0;
 }

@@ -12,8 +12,11 @@
 #     train the same student: the same loss after 10 steps within 1e-5 relative, and so do 2 ranks
 #     under pare launch (data parallel) and 1 process;
 #   - a new student from a spec takes the teacher's tokenizer; one with another tokenizer, a --hint, an
-#     unknown --loss and a layer the teacher lacks exit 2, naming the problem, writing nothing, and so
-#     does pare teacher-cache of a language model (not made yet).
+#     unknown --loss and a layer the teacher lacks exit 2, naming the problem, writing nothing;
+#   - pare teacher-cache of the teacher (top 64 tokens a row): distilling from it follows the online
+#     teacher's topk:64 (the loss after 10 steps within 1%, the cache's 8-bit log-probabilities); 2
+#     ranks under pare launch write the same rows as 1 process; a sampled cache trains; other windows,
+#     another temperature, rkl from draws and from-teacher: students of a cache exit 2.
 # Env: PARE, PARE_PYTHON. Without transformers/tokenizers the test fails under make test and CI.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -108,18 +111,49 @@ echo "ok: a new student from a spec has the teacher's tokenizer"
 refuse() {  # refuse WHAT PATTERN ARGS...: exit 2, the message has PATTERN, nothing written
   local what=$1 pattern=$2 rc=0
   shift 2
-  "$PARE" distill "${kd[@]}" "$@" --out "$tmp/bad" 2>"$tmp/err.txt" || rc=$?
+  "$PARE" distill "$@" --out "$tmp/bad" 2>"$tmp/err.txt" || rc=$?
   [[ $rc == 2 ]] && grep -q -- "$pattern" "$tmp/err.txt" && [[ ! -e "$tmp/bad" ]] ||
     { echo "FAIL: $what: exit $rc: $(cat "$tmp/err.txt")"; exit 1; }
   echo "ok: $what refused: $(tail -1 "$tmp/err.txt")"
 }
 refuse "another tokenizer" "different tokenizers (900 and 1000 tokens" \
-  --student llama:layers=1,dim=32,heads=2,kv-heads=1,ff=64,ctx=128 --tokenizer "$tmp/other.json"
-refuse "a hint" "a language model takes --loss" --student from-teacher:layers=0 --hint a:b
-refuse "an unknown loss" "unknown divergence 'kld'" --student from-teacher:layers=0 --loss kld
-refuse "a layer the teacher lacks" "it has no layer 3" --student from-teacher:layers=0,3
-rc=0; "$PARE" teacher-cache --teacher "hf:$tmp/teacher" --data "text:$text" --out "$tmp/bad" 2>"$tmp/err.txt" || rc=$?
-[[ $rc == 2 ]] && grep -q "does not take language models yet" "$tmp/err.txt" && [[ ! -e "$tmp/bad" ]] ||
-  { echo "FAIL: teacher-cache of a language model: exit $rc: $(cat "$tmp/err.txt")"; exit 1; }
-echo "ok: pare teacher-cache of a language model refused, not yet made"
+  "${kd[@]}" --student llama:layers=1,dim=32,heads=2,kv-heads=1,ff=64,ctx=128 --tokenizer "$tmp/other.json"
+refuse "a hint" "a language model takes --loss" "${kd[@]}" --student from-teacher:layers=0 --hint a:b
+refuse "an unknown loss" "unknown divergence 'kld'" "${kd[@]}" --student from-teacher:layers=0 --loss kld
+refuse "a layer the teacher lacks" "it has no layer 3" "${kd[@]}" --student from-teacher:layers=0,3
+# A teacher cache: the teacher's top 64 tokens a row, then the student distilled from it as from the
+# teacher online with --loss topk:64 (the cache's log-probabilities are 8-bit: within 1%).
+"$PARE" teacher-cache --teacher "hf:$tmp/teacher" --data "text:$text" --seq-len 64 --json -q --out "$tmp/tc" \
+  >"$tmp/tc.json"
+"$PARE" launch --nproc-per-node 2 -- "$PARE" teacher-cache --teacher "hf:$tmp/teacher" --data "text:$text" \
+  --seq-len 64 --threads 1 -q --out "$tmp/tc2"
+"$PARE" teacher-cache --teacher "hf:$tmp/teacher" --data "text:$text" --seq-len 64 --sample 32 -q --out "$tmp/sampled"
+steps=("${data[@]}" --student "hf:$tmp/init" --alpha 1 --max-steps 10 --no-val --lr 2e-3 --json -q)
+"$PARE" distill --teacher "cache:$tmp/tc" --loss fkl "${steps[@]}" --out "$tmp/from-cache" >"$tmp/cache.json"
+"$PARE" distill --teacher "hf:$tmp/teacher" --loss topk:64 "${steps[@]}" --out "$tmp/from-hf" >"$tmp/hf.json"
+"$PARE" distill --teacher "cache:$tmp/sampled" "${data[@]}" --student "hf:$tmp/init" --max-steps 5 --no-val -q \
+  --out "$tmp/from-sampled"
+"$PY" - "$tmp" <<'PYEOF'
+import json, sys, numpy as np
+d = sys.argv[1]
+c = json.load(open(f"{d}/tc.json"))
+print(f"teacher cache: {c['tokens']} tokens x top {c['entries']} of {c['vocab']}, "
+      f"{c['bytes_per_token']:.1f} bytes a token")
+assert c["entries"] == 64 and 64 < c["bytes_per_token"] < 140, c
+one = np.load(f"{d}/tc/shard-0.rows.npy")
+two = np.concatenate([np.load(f"{d}/tc2/shard-{r}.rows.npy") for r in (0, 1)])
+assert one.dtype == np.uint8 and np.array_equal(one, two), "2 ranks wrote other rows than 1 process"
+print(f"ok: 2 ranks under pare launch wrote the same {one.size} bytes of rows as 1 process")
+a, b = (json.load(open(f"{d}/{w}.json"))["train_loss"] for w in ("hf", "cache"))
+print(f"train loss after 10 steps: online topk:64 {a:.6f}, from the cache {b:.6f}")
+sys.exit(0 if abs(a - b) <= 0.01 * abs(a) else 1)
+PYEOF
+kc=(--teacher "cache:$tmp/tc" --epochs 1 -q --student "hf:$tmp/init")
+refuse "a cache of other windows" "rebuild it from the same text in windows of the same length" "${kc[@]}" \
+  --data "text:$text" --seq-len 32
+refuse "a cache at another temperature" "at T=1; distill with --temperature 1" "${kc[@]}" "${data[@]}" -T 2
+refuse "rkl from sampled draws" "holds draws" --teacher "cache:$tmp/sampled" "${data[@]}" --student "hf:$tmp/init" \
+  --loss rkl
+refuse "a from-teacher: student of a cache" "holds its outputs, not its weights" --teacher "cache:$tmp/tc" \
+  "${data[@]}" --student from-teacher:layers=0
 echo "PASSED"
