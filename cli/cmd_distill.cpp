@@ -52,8 +52,9 @@ struct DistillOpts {
   TrainingRun run;
   distill::DistillLossOptions loss;
   // Language models
-  std::string divergence = "fkl", tokenizer;
-  int64_t chunk_tokens = distill::LmDistillOptions::kAutoChunk, seq_len = 0;
+  std::string divergence = "fkl", tokenizer, sequence_kd;
+  int64_t chunk_tokens = distill::LmDistillOptions::kAutoChunk, seq_len = 0, max_new_tokens = 0;
+  double gen_temperature = 1.0;
   bool temperature_given = false, alpha_given = false;
 };
 
@@ -154,9 +155,17 @@ void distill_lm(DistillOpts& o) {
   const int64_t ctx = std::min(m.config.max_positions, teacher.config.max_positions);
   const int64_t seq = o.seq_len > 0 ? o.seq_len : lopts.cache ? lopts.cache->seq : std::min<int64_t>(256, ctx);
   PARE_CHECK(seq <= ctx, "--seq-len ", seq, " is longer than the context of the student or the teacher (", ctx, ")");
-  const core::TensorDataset train = run.text_windows(*m.tok, "train", seq, talk);
+  core::TensorDataset train = run.text_windows(*m.tok, "train", seq, talk);
   core::TensorDataset val;
   if (!run.no_val) val = run.text_windows(*m.tok, run.val_split, seq, talk);
+  if (!o.sequence_kd.empty()) {  // the teacher's continuations of the windows, not the text's
+    lm::SamplingOptions sampling;
+    sampling.temperature = o.gen_temperature;
+    sampling.seed = topts.seed_;
+    const int64_t prompt = seq - (o.max_new_tokens > 0 ? o.max_new_tokens : seq / 2);
+    train = sequence_kd_windows(o.sequence_kd, o.teachers[0], run.data, train, m.config.vocab, sampling, prompt,
+                                topts.process_group_.get(), talk);
+  }
   topts.eval_batch_size_ = lm_eval_batch_size(topts.batch_size_, seq, m.config.vocab);
   core::Module student(m.graph);
   core::Module tmod(teacher.graph, core::Module::Use::kFrozen);
@@ -300,6 +309,14 @@ void add_distill(CLI::App& app, Action& action) {
   cmd->add_option("--tokenizer", o->tokenizer, "tokenizer.json of a new student (default: the teacher's; another "
                   "vocabulary is refused)")->group(lmg);
   cmd->add_option("--seq-len", o->seq_len, "Tokens per training window (default 256, at most the context)")->group(lmg);
+  cmd->add_option("--sequence-kd", o->sequence_kd, "Sequence-level KD: train on the teacher's own continuations of "
+                  "each window's first tokens (generated once into this folder, reused by later runs that ask the "
+                  "same; only the continuations count; --alpha 0 is Kim and Rush's, without token-level KD)")
+      ->group(lmg);
+  cmd->add_option("--max-new-tokens", o->max_new_tokens, "With --sequence-kd: tokens the teacher writes after each "
+                  "prompt (default half the window)")->group(lmg);
+  cmd->add_option("--gen-temperature", o->gen_temperature, "With --sequence-kd: the teacher's sampling temperature "
+                  "(0: greedy)")->capture_default_str()->group(lmg);
   o->run.add_options(cmd);
   cmd->get_option("--data")->description("fashion-mnist[:DIR] or npy:X.npy,Y.npy; for a language model text:FILE[,FILE...] "
                                          "or jsonl:FILE[:FIELD] (every 10th document is --val-split test)");

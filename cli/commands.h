@@ -13,6 +13,7 @@
 #include "core/data.h"
 #include "core/graph.h"
 #include "distill/teacher_placement.h"
+#include "lm/generate.h"
 #include "lm/tokenizer.h"
 #include "train/run.h"
 #include "train/trainer.h"
@@ -77,6 +78,17 @@ struct TrainingRun : train::RunSetup {
 /// what pare train, pare distill and pare teacher-cache train or cache on.
 core::TensorDataset text_windows(const std::string& data, const lm::Tokenizer& tok, const std::string& split,
                                  int64_t seq_len, bool talk);
+
+/// Sequence-level KD's training windows (pare distill --sequence-kd DIR, cli/sequence_kd.cpp): the
+/// windows of `train` cut to `prompt` tokens and continued by `teacher` (an hf:/gguf: spec) with
+/// `sampling`, S tokens in all (lm::teacher_continuations), generated into `dir` once (each rank
+/// of `pg` its slice, written whole through dist::StagedDir) and read back, checked, by a later
+/// run that asks for the same teacher, data, windows, prompt and sampling. Throws InputError when
+/// `dir` holds another set, a malformed one, or the teacher is a cache.
+core::TensorDataset sequence_kd_windows(const std::string& dir, const std::string& teacher, const std::string& data,
+                                        const core::TensorDataset& train, int64_t vocab,
+                                        const lm::SamplingOptions& sampling, int64_t prompt,
+                                        dist::ProcessGroup* pg, bool talk);
 
 /// Windows per validation batch of a language model, whose logits [windows, seq_len, vocab] are all
 /// formed at once: the training batch, fewer when their logits would pass 256 MB (at least one).

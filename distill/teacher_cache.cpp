@@ -1,69 +1,24 @@
 #include "distill/teacher_cache.h"
 
 #include <ATen/CPUGeneratorImpl.h>
-#include <sys/stat.h>
 
 #include <nlohmann/json.hpp>
 
-#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
-#include <filesystem>
 #include <limits>
 #include <sstream>
 
 #include "core/error.h"
 #include "core/file_util.h"
 #include "core/tensor_io.h"
+#include "dist/staged_dir.h"
 #include "dist/world.h"
 
 namespace pare::distill {
 
 namespace {
-
-// DIR.partial, where a cache is written whole before it takes the place of DIR (replace_dir): a
-// crash or a full disk leaves the previous cache as it was, never a mix of old and new shards.
-// Rank 0 makes it (removing one that a dead run left) and removes it when the write fails.
-class StagedDir {
- public:
-  StagedDir(const std::string& dir, int rank, dist::ProcessGroup* pg) : dir_(dir), path_(dir + ".partial"), rank_(rank) {
-    struct stat st {};
-    if (::stat(dir.c_str(), &st) == 0) {
-      PARE_CHECK(S_ISDIR(st.st_mode), "'", dir, "' exists and is not a folder");
-      PARE_CHECK(file_exists(join_path(dir, "index.json")) || std::filesystem::is_empty(dir), "'", dir,
-                 "' is a folder that holds no teacher cache: a cache replaces its folder whole, so give a new or "
-                 "empty one");
-    }
-    if (rank_ == 0) {
-      remove_dir(path_);
-      if (::mkdir(path_.c_str(), 0755) != 0) {
-        const std::string why = "cannot create the folder '" + path_ + "': " + std::strerror(errno);
-        if (errno == ENOENT || errno == ENOTDIR) throw InputError(why);  // the --out path's parent is not there
-        throw Error(why);
-      }
-    }
-    if (pg) pg->barrier();
-  }
-  ~StagedDir() {
-    std::error_code ec;
-    if (rank_ == 0 && !committed_) std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-  // Once every rank's shard and the index are in (rank 0 writes the index after a barrier): the
-  // cache takes DIR's place, and every rank returns with it there.
-  void commit(dist::ProcessGroup* pg) {
-    if (rank_ == 0) replace_dir(path_, dir_);
-    committed_ = true;
-    if (pg) pg->barrier();
-  }
-
- private:
-  std::string dir_, path_;
-  int rank_;
-  bool committed_ = false;
-};
 
 // The index's list of shards: rank q holds rows [n q / world, n (q + 1) / world).
 nlohmann::json shards_json(int64_t n, int world) {
@@ -89,7 +44,7 @@ TeacherCacheReport write_teacher_cache(Teacher& teacher, const std::string& teac
   PARE_CHECK(classes <= engine::kTeacherCacheMaxClasses, teacher.describe(), " has ", classes,
              " classes; a teacher cache holds at most ", engine::kTeacherCacheMaxClasses, " (2^24)");
   const int rank = pg ? pg->rank() : 0, world = pg ? pg->size() : 1;
-  StagedDir staged(dir, rank, pg);
+  dist::StagedDir staged(dir, rank, pg, "teacher cache");
   const int64_t n = ds.size(), begin = n * rank / world, end = n * (rank + 1) / world;
   const bool sampled = o.sample > 0;
   const int64_t k = sampled ? o.sample : std::min(o.top_k, classes);
@@ -212,7 +167,7 @@ TeacherCacheReport write_lm_teacher_cache(core::Module& teacher, const std::stri
   PARE_CHECK(ds.size() > 0 && ds.x.dim() == 2, "the text '", data, "' gives no windows of tokens");
   const auto t0 = std::chrono::steady_clock::now();
   const int rank = pg ? pg->rank() : 0, world = pg ? pg->size() : 1;
-  StagedDir staged(dir, rank, pg);
+  dist::StagedDir staged(dir, rank, pg, "teacher cache");
   const int64_t n = ds.size(), seq = ds.x.size(1), begin = n * rank / world, end = n * (rank + 1) / world;
   std::vector<uint8_t> rows;
   std::vector<int64_t> offsets = {0};

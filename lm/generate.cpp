@@ -2,6 +2,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 
@@ -88,6 +89,62 @@ GenerateStats Generator::generate(const std::vector<int64_t>& prompt, const Samp
   }
   if (stats.new_tokens > 1) stats.decode_seconds = seconds_since(t0);
   return stats;
+}
+
+at::Tensor Generator::generate_batch(const at::Tensor& prompts, const SamplingOptions& opts,
+                                     std::vector<at::Generator>& rngs) {
+  opts.validate();
+  PARE_CHECK(prompts.dim() == 2 && prompts.size(1) > 0 && static_cast<int64_t>(rngs.size()) == prompts.size(0),
+             "generate_batch takes prompts [B, P] with P > 0 and one generator a row; got ", prompts.sizes(), " and ",
+             rngs.size());
+  const int64_t b = prompts.size(0);
+  std::vector<int64_t> shape = cache_shape_;
+  shape[0] = b;
+  std::vector<at::Tensor> inputs = {prompts.to(at::kLong)};
+  for (int64_t i = 0; i < 2 * layers_; ++i) inputs.push_back(at::zeros(shape, cache_type_));
+  at::Tensor out_ids = at::empty({b, opts.max_new_tokens}, at::kLong);
+  at::NoGradGuard no_grad;
+  for (int64_t step = 0; step < opts.max_new_tokens; ++step) {
+    std::vector<at::Tensor> out = module_.forward(inputs);
+    const at::Tensor last = out[0].select(1, out[0].size(1) - 1);  // [B, vocab]
+    for (int64_t r = 0; r < b; ++r) out_ids[r][step] = choose(last[r], opts, rngs[r]);
+    inputs[0] = out_ids.narrow(1, step, 1).clone();
+    for (size_t i = 1; i < out.size(); ++i) inputs[i] = out[i];
+  }
+  return out_ids;
+}
+
+core::TensorDataset teacher_continuations(Generator& gen, const core::TensorDataset& windows, int64_t prompt,
+                                          SamplingOptions opts, int64_t batch,
+                                          const std::function<void(int64_t)>& progress) {
+  PARE_CHECK(windows.x.dim() == 2 && windows.size() > 0, "no windows of tokens to continue");
+  const int64_t n = windows.size(), seq = windows.x.size(1);
+  PARE_CHECK_OPTION(prompt >= 1 && prompt < seq, "max_new_tokens", "must leave a prompt of 1 to ", seq - 1,
+                    " tokens of the ", seq, " a window holds; the prompt would be ", prompt);
+  PARE_CHECK(batch >= 1, "teacher_continuations decodes at least one window at a time, not ", batch);
+  opts.max_new_tokens = seq - prompt + 1;
+  at::Tensor x = at::empty({n, seq}, at::kLong), y = at::full({n, seq}, -100, at::kLong);
+  const at::Tensor src = windows.x.to(at::kLong).contiguous();
+  for (int64_t w0 = 0; w0 < n; w0 += batch) {
+    const int64_t b = std::min(batch, n - w0);
+    std::vector<at::Generator> rngs;
+    for (int64_t r = 0; r < b; ++r)
+      rngs.push_back(at::make_generator<at::CPUGeneratorImpl>(opts.seed + static_cast<uint64_t>(w0 + r)));
+    const at::Tensor made = gen.generate_batch(src.narrow(0, w0, b).narrow(1, 0, prompt), opts, rngs);
+    for (int64_t r = 0; r < b; ++r) {
+      const int64_t* row = src.data_ptr<int64_t>() + (w0 + r) * seq;
+      std::vector<int64_t> full(row, row + prompt);
+      for (int64_t i = 0; i < made.size(1); ++i) {
+        full.push_back(made[r][i].item<int64_t>());
+        if (std::find(opts.stop.begin(), opts.stop.end(), full.back()) != opts.stop.end()) break;
+      }
+      const int64_t len = static_cast<int64_t>(full.size());  // seq + 1 unless a stop token came first
+      for (int64_t i = 0; i < seq; ++i) x[w0 + r][i] = full[std::min(i, len - 1)];
+      for (int64_t i = prompt - 1; i + 1 < len && i < seq; ++i) y[w0 + r][i] = full[i + 1];
+    }
+    if (progress) progress(w0 + b);
+  }
+  return {x, y, windows.name + " continued by the teacher"};
 }
 
 }  // namespace pare::lm

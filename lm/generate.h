@@ -11,6 +11,7 @@
 #include <functional>
 #include <vector>
 
+#include "core/data.h"
 #include "core/graph.h"
 #include "core/module.h"
 
@@ -44,6 +45,11 @@ class Generator {
   GenerateStats generate(const std::vector<int64_t>& prompt, const SamplingOptions& opts,
                          const std::function<bool(int64_t)>& on_token);
 
+  /// Decodes opts.max_new_tokens after each row of `prompts` (int64 [B, P], all of one length, so
+  /// they share positions and need no padding), row b's draws from `rngs[b]`; stop tokens do not end
+  /// a row here (the caller cuts after them). Returns the new tokens, int64 [B, max_new_tokens].
+  at::Tensor generate_batch(const at::Tensor& prompts, const SamplingOptions& opts, std::vector<at::Generator>& rngs);
+
   /// The next-token choice on logits [vocab]: argmax at temperature 0, else a draw after the
   /// temperature, top-k and top-p filters.
   static int64_t choose(const at::Tensor& logits, const SamplingOptions& opts, at::Generator& rng);
@@ -54,5 +60,15 @@ class Generator {
   std::vector<int64_t> cache_shape_;  ///< [1, kv_heads, 0, head_dim]
   at::ScalarType cache_type_ = at::kFloat;
 };
+
+/// Sequence-level KD's data (Kim and Rush 2016): each window of `windows` (x [N, S]) cut to its
+/// first `prompt` tokens, and continued by `gen` with opts (opts.max_new_tokens is set here to
+/// S - prompt + 1; window w's draws are seeded opts.seed + w, so they do not depend on `batch`, the
+/// windows decoded together), S tokens in all: x [N, S] and y its next tokens, -100 where the next
+/// token is the prompt's or follows a stop token (x there repeats the stop token). `progress` gets
+/// the windows done. Throws InputError for a prompt outside [1, S - 1].
+core::TensorDataset teacher_continuations(Generator& gen, const core::TensorDataset& windows, int64_t prompt,
+                                          SamplingOptions opts, int64_t batch = 16,
+                                          const std::function<void(int64_t)>& progress = {});
 
 }  // namespace pare::lm

@@ -16,7 +16,10 @@
 #   - pare teacher-cache of the teacher (top 64 tokens a row): distilling from it follows the online
 #     teacher's topk:64 (the loss after 10 steps within 1%, the cache's 8-bit log-probabilities); 2
 #     ranks under pare launch write the same rows as 1 process; a sampled cache trains; other windows,
-#     another temperature, rkl from draws and from-teacher: students of a cache exit 2.
+#     another temperature, rkl from draws and from-teacher: students of a cache exit 2;
+#   - --sequence-kd: the teacher's greedy continuations equal transformers' generate() (do_sample
+#     False) window by window; a second run reads the folder back, a run asking another temperature
+#     exits 2; 2 ranks under pare launch write the 1-process set, sampled draws included.
 # Env: PARE, PARE_PYTHON. Without transformers/tokenizers the test fails under make test and CI.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -156,4 +159,35 @@ refuse "rkl from sampled draws" "holds draws" --teacher "cache:$tmp/sampled" "${
   --loss rkl
 refuse "a from-teacher: student of a cache" "holds its outputs, not its weights" --teacher "cache:$tmp/tc" \
   "${data[@]}" --student from-teacher:layers=0
+# Sequence-level KD on a smaller text (the teacher decodes every window once).
+short=/usr/share/games/fortunes/riddles
+skd=(--teacher "hf:$tmp/teacher" --student "hf:$tmp/init" --data "text:$short" --seq-len 64 --batch-size 16 --seed 1
+     --max-new-tokens 24 --max-steps 2 --no-val -q)
+"$PARE" distill "${skd[@]}" --sequence-kd "$tmp/skd" --gen-temperature 0 --out "$tmp/from-skd"
+"$PARE" distill "${skd[@]}" --sequence-kd "$tmp/skd" --gen-temperature 0 --out "$tmp/from-skd2"
+for n in 1 2; do
+  "$PARE" launch --nproc-per-node $n -- "$PARE" distill "${skd[@]}" --threads 1 --sequence-kd "$tmp/skd-sampled$n" \
+    --out "$tmp/from-sampled$n" >/dev/null
+done
+"$PY" - "$tmp" <<'PYEOF' 2>&1 | grep -v "^Loading"
+import json, sys, numpy as np, torch, transformers as tf
+d = sys.argv[1]
+x, y = np.load(f"{d}/skd/x-0.npy"), np.load(f"{d}/skd/y-0.npy")
+assert (y[:, :39] == -100).all() and (y[:, 39:] != -100).all(), "only the continuations count"
+m = tf.AutoModelForCausalLM.from_pretrained(f"{d}/teacher").eval()
+for w in range(0, len(x), max(1, len(x) // 12)):
+    with torch.no_grad():
+        ref = m.generate(torch.tensor(x[w:w + 1, :40]), max_new_tokens=25, do_sample=False,
+                         pad_token_id=0)[0, 40:].numpy()
+    assert np.array_equal(y[w, 39:], ref), f"window {w}: pare {y[w, 39:]} transformers {ref}"
+print(f"ok: pare's greedy continuations of {len(x)} windows equal transformers' generate() (checked every "
+      f"{max(1, len(x) // 12)}th)")
+one = [np.load(f"{d}/skd-sampled1/{f}-0.npy") for f in "xy"]
+two = [np.concatenate([np.load(f"{d}/skd-sampled2/{f}-{r}.npy") for r in (0, 1)]) for f in "xy"]
+assert all(np.array_equal(a, b) for a, b in zip(one, two)), "2 ranks sampled other continuations than 1 process"
+assert not np.array_equal(one[0], x), "the sampled set equals the greedy one"
+print(f"ok: 2 ranks under pare launch wrote the 1-process sampled set ({one[0].shape[0]} windows)")
+PYEOF
+refuse "a sequence-KD folder of another temperature" "holds the teacher's continuations for temperature 0.0" \
+  "${skd[@]}" --sequence-kd "$tmp/skd" --gen-temperature 0.7
 echo "PASSED"
