@@ -1,4 +1,6 @@
 // pare run MODEL --input [NAME=]FILE.npy ... [--output [NAME=]FILE.npy ...] [--engine torch|rt]
+#include <ATen/core/grad_mode.h>
+
 #include <iostream>
 #include <map>
 

@@ -11,7 +11,6 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/file_util.h"
-#include "core/json_util.h"
 #include "core/tensor_io.h"
 #include "dist/staged_dir.h"
 #include "dist/world.h"
@@ -21,56 +20,7 @@
 
 namespace pare::cli {
 
-namespace {
-
-const char* const kFormat = "pare-sequence-kd-1";
 constexpr int64_t kBatch = 16;  // windows the teacher decodes together
-
-std::string part(const std::string& dir, const char* what, int rank) {
-  return join_path(dir, std::string(what) + "-" + std::to_string(rank) + ".npy");
-}
-
-// The windows of a folder made before, checked against what this run asks (`want`).
-core::TensorDataset read_set(const std::string& dir, const nlohmann::json& want, int64_t vocab,
-                             const std::string& name) {
-  const std::string index = join_path(dir, "index.json");
-  nlohmann::json j;
-  int64_t windows = 0, seq = 0, ranks = 0;
-  try {
-    j = nlohmann::json::parse(read_file(index));
-    PARE_CHECK(j.at("format") == kFormat, "unknown format ", j.at("format").dump());
-    windows = json_int_at<int64_t>(j, "windows");
-    seq = json_int_at<int64_t>(j, "seq");
-    ranks = json_int_at<int64_t>(j, "ranks");
-    PARE_CHECK(windows >= 1 && seq >= 2 && ranks >= 1 && ranks <= 65536, "windows (", windows, "), seq (", seq,
-               ") and ranks (", ranks, ") do not fit together");
-  } catch (const InputError& e) {
-    throw InputError(index + ": " + e.what());
-  } catch (const std::exception& e) {
-    throw InputError(index + ": not a pare sequence-KD index: " + e.what());
-  }
-  for (const auto& [key, value] : want.items())
-    PARE_CHECK(j.contains(key) && j[key] == value, dir, " holds the teacher's continuations for ", key, " ",
-               j.contains(key) ? j[key].dump() : "(none)", ", and this run asks for ", value.dump(),
-               ": give another --sequence-kd folder, or remove this one to generate them again");
-  std::vector<at::Tensor> xs, ys;
-  for (int64_t r = 0; r < ranks; ++r) {
-    const int64_t rows = windows * (r + 1) / ranks - windows * r / ranks;
-    for (const char* what : {"x", "y"}) {
-      const std::string path = part(dir, what, static_cast<int>(r));
-      at::Tensor t = core::load_npy(path);
-      PARE_CHECK(t.scalar_type() == at::kLong && t.dim() == 2 && t.size(0) == rows && t.size(1) == seq, path,
-                 ": expected int64 [", rows, ", ", seq, "], got ", t.scalar_type(), " ", t.sizes());
-      const bool y = what[0] == 'y';
-      const at::Tensor ok = (t.ge(0) & t.lt(vocab)) | (y ? t.eq(-100) : at::zeros_like(t, at::kBool));
-      PARE_CHECK(ok.all().item<bool>(), path, ": a token outside [0, ", vocab, ")", y ? " (or -100)" : "");
-      (y ? ys : xs).push_back(t);
-    }
-  }
-  return {at::cat(xs), at::cat(ys), name};
-}
-
-}  // namespace
 
 core::TensorDataset sequence_kd_windows(const std::string& dir, const std::string& teacher, const std::string& data,
                                         const core::TensorDataset& train, int64_t vocab,
@@ -83,7 +33,7 @@ core::TensorDataset sequence_kd_windows(const std::string& dir, const std::strin
                                {"top_k", sampling.top_k}, {"top_p", sampling.top_p}, {"seed", sampling.seed}};
   const std::string name = train.name + " continued by " + teacher;
   if (file_exists(join_path(dir, "index.json"))) {
-    core::TensorDataset set = read_set(dir, want, vocab, name);
+    core::TensorDataset set = engine::read_sequence_kd_set(dir, want, vocab, name);
     if (talk) std::fprintf(stderr, "sequence-KD: %lld windows continued by the teacher, from %s\n",
                            (long long)set.size(), dir.c_str());
     return set;
@@ -114,18 +64,18 @@ core::TensorDataset sequence_kd_windows(const std::string& dir, const std::strin
                   : core::TensorDataset{at::empty({0, train.x.size(1)}, at::kLong),
                                         at::empty({0, train.x.size(1)}, at::kLong), name};
   if (tty) std::fprintf(stderr, "\n");
-  core::save_npy(made.x, part(staged.path(), "x", rank));
-  core::save_npy(made.y, part(staged.path(), "y", rank));
+  core::save_npy(made.x, engine::sequence_kd_part(staged.path(), "x", rank));
+  core::save_npy(made.y, engine::sequence_kd_part(staged.path(), "y", rank));
   if (pg) pg->barrier();
   if (rank == 0) {
     nlohmann::json j = want;
-    j["format"] = kFormat;
+    j["format"] = engine::kSequenceKdFormat;
     j["windows"] = n;
     j["ranks"] = ranks;
     write_file_atomic(join_path(staged.path(), "index.json"), j.dump(1) + "\n");
   }
   staged.commit(pg);
-  return read_set(dir, want, vocab, name);
+  return engine::read_sequence_kd_set(dir, want, vocab, name);
 }
 
 }  // namespace pare::cli

@@ -1,5 +1,7 @@
 #include "core/graph.h"
 
+#include <ATen/core/grad_mode.h>
+
 #include <algorithm>
 #include <set>
 #include <unordered_map>

@@ -1,5 +1,7 @@
 #include "core/module.h"
 
+#include <ATen/core/grad_mode.h>
+
 #include <algorithm>
 #include <functional>
 #include <set>

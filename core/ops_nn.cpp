@@ -2,6 +2,8 @@
 // Layer, Instance, MeanVariance, LRN), pooling, Flatten, Dropout and the Reduce* ops. ONNX pads
 // are [x1_begin, x2_begin, ..., x1_end, x2_end, ...]; where libtorch cannot express them
 // (asymmetric, or wider than half the kernel) the input is padded explicitly first.
+#include <ATen/core/grad_mode.h>
+
 #include <cctype>
 #include <cmath>
 #include <limits>

@@ -8,6 +8,8 @@
 // computed at run time, integer MatMul); and FakeQuantize (domain "pare"), the quantization-aware
 // training op: QuantizeLinear -> DequantizeLinear in one node, the same numbers to the bit, with
 // straight-through gradients and optionally learnable (LSQ) scales.
+#include <ATen/core/grad_mode.h>
+
 #include <cmath>
 #include <limits>
 

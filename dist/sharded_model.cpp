@@ -1,5 +1,7 @@
 // ShardedModel: runs this rank's tensor-parallel shard or pipeline stage together with the other
 // ranks of its process group.
+#include <ATen/core/grad_mode.h>
+
 #include <algorithm>
 
 #include "core/error.h"

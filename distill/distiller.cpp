@@ -1,5 +1,7 @@
 #include "distill/distiller.h"
 
+#include <ATen/core/grad_mode.h>
+
 #include <cmath>
 #include <memory>
 #include <string>

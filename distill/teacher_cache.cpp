@@ -1,6 +1,7 @@
 #include "distill/teacher_cache.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/grad_mode.h>
 
 #include <nlohmann/json.hpp>
 
@@ -26,6 +27,22 @@ nlohmann::json shards_json(int64_t n, int world) {
   for (int q = 0; q < world; ++q)
     shards.push_back({{"rank", q}, {"begin", n * q / world}, {"end", n * (q + 1) / world}});
   return shards;
+}
+
+// The index.json fields of every kind of cache; the caller adds its kind's.
+nlohmann::json index_json(const char* kind, int64_t entries, double temperature, int64_t classes,
+                          const std::string& teacher_name, const std::string& data, const core::TensorDataset& ds,
+                          int world) {
+  return {{"format", engine::kTeacherCacheFormat},
+          {"kind", kind},
+          {"entries", entries},
+          {"temperature", temperature},
+          {"classes", classes},
+          {"samples", ds.size()},
+          {"teacher", teacher_name},
+          {"data", data},
+          {"checksum", engine::dataset_checksum(ds)},
+          {"shards", shards_json(ds.size(), world)}};
 }
 
 }  // namespace
@@ -95,17 +112,9 @@ TeacherCacheReport write_teacher_cache(Teacher& teacher, const std::string& teac
   r.entries = k;
   r.bytes_per_sample = static_cast<double>(k * (idx.element_size() + 2) + 2);
   if (rank == 0) {
-    nlohmann::json j = {{"format", engine::kTeacherCacheFormat},
-                        {"kind", sampled ? "sampled" : "top-k"},
-                        {"entries", k},
-                        {"temperature", o.temperature},
-                        {"classes", classes},
-                        {"samples", n},
-                        {"teacher", teacher_name},
-                        {"data", data},
-                        {"checksum", engine::dataset_checksum(ds)},
-                        {"bytes_per_sample", r.bytes_per_sample},
-                        {"shards", shards_json(n, world)}};
+    nlohmann::json j = index_json(sampled ? "sampled" : "top-k", k, o.temperature, classes, teacher_name, data, ds,
+                                  world);
+    j["bytes_per_sample"] = r.bytes_per_sample;
     write_file_atomic(join_path(staged.path(), "index.json"), j.dump(1) + "\n");
   }
   staged.commit(pg);
@@ -202,18 +211,11 @@ TeacherCacheReport write_lm_teacher_cache(core::Module& teacher, const std::stri
   r.bytes_per_sample = (bytes_total.item<double>() + 8.0 * static_cast<double>(n)) / static_cast<double>(n * seq);
   if (rank == 0) {
     write_file_atomic(join_path(staged.path(), "tokenizer.json"), tokenizer_json);
-    nlohmann::json j = {{"format", engine::kTeacherCacheFormat},
-                        {"kind", o.sample > 0 ? "lm-sampled" : "lm-top-k"},
-                        {"entries", o.sample > 0 ? k : std::min(k, r.classes)},  // draws, or tokens a row
-                        {"temperature", o.temperature},
-                        {"classes", r.classes},
-                        {"samples", n},
-                        {"seq", seq},
-                        {"teacher", teacher_name},
-                        {"data", data},
-                        {"checksum", engine::dataset_checksum(ds)},
-                        {"bytes_per_token", r.bytes_per_sample},
-                        {"shards", shards_json(n, world)}};
+    // entries: the draws, or the tokens a row
+    nlohmann::json j = index_json(o.sample > 0 ? "lm-sampled" : "lm-top-k", r.entries, o.temperature, r.classes,
+                                  teacher_name, data, ds, world);
+    j["seq"] = seq;
+    j["bytes_per_token"] = r.bytes_per_sample;
     write_file_atomic(join_path(staged.path(), "index.json"), j.dump(1) + "\n");
   }
   staged.commit(pg);

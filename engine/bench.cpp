@@ -2,6 +2,7 @@
 #include "engine/bench.h"
 
 #include <ATen/Parallel.h>  // at::set_num_threads
+#include <ATen/core/grad_mode.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>

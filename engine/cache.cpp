@@ -13,22 +13,28 @@ namespace pare::engine {
 
 namespace {
 
-uint64_t fnv(uint64_t h, const void* data, size_t n) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001B3ULL;
-  return h;
+// 64-bit words mixed in one at a time: a multiply and a shift carry every bit of a word through the state.
+uint64_t mix(uint64_t h, uint64_t w) {
+  h = (h ^ w) * 0x9E3779B97F4A7C15ULL;
+  return h ^ (h >> 29);
 }
 
 }  // namespace
 
 std::string dataset_checksum(const core::TensorDataset& ds) {
   uint64_t h = 0xCBF29CE484222325ULL;
-  at::Tensor x = ds.x.reshape(-1);
-  const int64_t stride = std::max<int64_t>(1, x.numel() / 100000);
-  at::Tensor xs = x.slice(0, 0, x.numel(), stride).to(at::kDouble).contiguous();
-  h = fnv(h, xs.data_ptr(), static_cast<size_t>(xs.numel()) * sizeof(double));
-  const int64_t n = ds.size();
-  h = fnv(h, &n, sizeof(n));
+  const at::Tensor x = ds.x.reshape(-1);
+  constexpr int64_t kChunk = int64_t{1} << 20;  // elements converted to double at a time
+  for (int64_t i = 0; i < x.numel(); i += kChunk) {
+    const at::Tensor c = x.slice(0, i, std::min(x.numel(), i + kChunk)).to(at::kDouble).contiguous();
+    const double* v = c.data_ptr<double>();
+    for (int64_t j = 0; j < c.numel(); ++j) {
+      uint64_t w;
+      std::memcpy(&w, v + j, sizeof(w));
+      h = mix(h, w);
+    }
+  }
+  h = mix(h, static_cast<uint64_t>(ds.size()));
   char buf[17];
   std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(h));
   return buf;

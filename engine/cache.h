@@ -4,6 +4,8 @@
 
 #include <ATen/ATen.h>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include <cstdint>
 #include <string>
 #include <unordered_map>
@@ -15,7 +17,7 @@
 
 namespace pare::engine {
 
-/// A fingerprint of (a stride of) a dataset's inputs and its size, as hex.
+/// A fingerprint of a dataset's inputs (every element) and its size, as hex.
 std::string dataset_checksum(const core::TensorDataset& ds);
 
 /// The index's "format".
@@ -123,5 +125,16 @@ class CachedEngine : public Engine {
   std::string dir_;
   TeacherCacheFile cache_;
 };
+
+/// A sequence-KD set's index "format" (pare distill --sequence-kd DIR; cli/sequence_kd.cpp writes it).
+extern const char* const kSequenceKdFormat;
+/// DIR/WHAT-RANK.npy, WHAT x (the windows) or y (their targets, -100 where not counted).
+std::string sequence_kd_part(const std::string& dir, const char* what, int rank);
+/// A sequence-KD set read back (fuzzed by teacher_cache_fuzz): index.json ("format", "windows",
+/// "seq", "ranks" and the fields of `want`, which must equal want's), and each rank's x and y, int64
+/// [its windows, seq] with tokens in [0, vocab) (y's also -100), concatenated. Throws InputError
+/// naming the file and what is wrong, or the field of `want` that differs.
+core::TensorDataset read_sequence_kd_set(const std::string& dir, const nlohmann::json& want, int64_t vocab,
+                                         const std::string& name);
 
 }  // namespace pare::engine

@@ -258,12 +258,12 @@ int best_rice(const std::vector<uint64_t>& values, int most) {
   return best;
 }
 
-// Sorts the entries by token and writes the header's n and Rice parameter and the tokens' gaps.
-void put_tokens(std::vector<uint8_t>& out, std::vector<LmCacheEntry>& entries, BitWriter& bits,
+// Writes the header's n and Rice parameter, `between`, and the gaps of the entries' tokens (sorted
+// by the caller, ascending and distinct).
+void put_tokens(std::vector<uint8_t>& out, const std::vector<LmCacheEntry>& entries, BitWriter& bits,
                 const std::vector<uint8_t>& between) {
   PARE_CHECK(!entries.empty() && static_cast<int64_t>(entries.size()) <= kLmMaxEntries,
              "a teacher cache row names 1 to ", kLmMaxEntries, " tokens, not ", entries.size());
-  sort_by_token(entries);
   std::vector<uint64_t> gaps;
   int64_t prev = -1;
   for (const auto& e : entries) {
@@ -305,6 +305,7 @@ void append_lm_top_k_row(std::vector<uint8_t>& out, std::vector<LmCacheEntry> en
 }
 
 void append_lm_sampled_row(std::vector<uint8_t>& out, std::vector<LmCacheEntry> entries) {
+  sort_by_token(entries);
   BitWriter bits(out);
   put_tokens(out, entries, bits, {});
   for (const auto& e : entries) {
@@ -318,9 +319,9 @@ namespace {
 
 // Decodes the row at `p` (bytes up to `end`) into ids[0, n), lp[0, n) and lp[entries] (the rest),
 // returning where the next row begins. Throws InputError (naming `what`) for anything malformed.
-const uint8_t* decode_lm_row(const LmTeacherCacheFile& c, const uint8_t* p, const uint8_t* end, int64_t* ids,
-                             float* lp, const std::string& what) {
-  const bool top_k = c.kind == "lm-top-k";
+// `top_k` says the cache is of kind lm-top-k (else lm-sampled).
+const uint8_t* decode_lm_row(const LmTeacherCacheFile& c, bool top_k, const uint8_t* p, const uint8_t* end,
+                             int64_t* ids, float* lp, const std::string& what) {
   const int header = top_k ? kLmTopKHeader : kLmSampledHeader;
   PARE_CHECK(end - p >= header, what, ": a row's header runs past its window's bytes");
   const int64_t n = get_u16(p);
@@ -414,11 +415,12 @@ LmTeacherCacheFile LmTeacherCacheFile::read(const std::string& dir) {
   std::vector<int64_t> ids(static_cast<size_t>(c.entries));
   std::vector<float> lp(static_cast<size_t>(c.entries + 1));
   const uint8_t* bytes = c.rows.data_ptr<uint8_t>();
+  const bool top_k = c.kind == "lm-top-k";
   for (int64_t w = 0; w < c.windows; ++w) {
     const std::string what = dir + ": window " + std::to_string(w);
     const uint8_t* p = bytes + c.offsets[w];
     const uint8_t* end = bytes + c.offsets[w + 1];
-    for (int64_t t = 0; t < c.seq; ++t) p = decode_lm_row(c, p, end, ids.data(), lp.data(), what);
+    for (int64_t t = 0; t < c.seq; ++t) p = decode_lm_row(c, top_k, p, end, ids.data(), lp.data(), what);
     PARE_CHECK(p == end, what, ": ", end - p, " bytes are left after its ", c.seq, " rows");
   }
   return c;
@@ -431,6 +433,7 @@ std::pair<at::Tensor, at::Tensor> LmTeacherCacheFile::teacher(const at::Tensor& 
   const uint8_t* bytes = rows.data_ptr<uint8_t>();
   int64_t* id = ids.data_ptr<int64_t>();
   float* l = lp.data_ptr<float>();
+  const bool top_k = kind == "lm-top-k";
   for (int64_t i = 0; i < w.numel(); ++i) {
     const int64_t win = w.data_ptr<int64_t>()[i];
     PARE_CHECK(win >= 0 && win < windows, describe(), ": window ", win, " is outside its ", windows, " windows");
@@ -438,10 +441,55 @@ std::pair<at::Tensor, at::Tensor> LmTeacherCacheFile::teacher(const at::Tensor& 
     const uint8_t* p = bytes + offsets[win];
     const uint8_t* end = bytes + offsets[win + 1];
     for (int64_t t = 0; t < seq; ++t)
-      p = decode_lm_row(*this, p, end, id + (i * seq + t) * entries, l + (i * seq + t) * (entries + 1), what);
+      p = decode_lm_row(*this, top_k, p, end, id + (i * seq + t) * entries, l + (i * seq + t) * (entries + 1), what);
     PARE_CHECK(p == end, what, ": ", end - p, " bytes are left after its ", seq, " rows");
   }
   return {ids, lp};
+}
+
+const char* const kSequenceKdFormat = "pare-sequence-kd-1";
+
+std::string sequence_kd_part(const std::string& dir, const char* what, int rank) {
+  return join_path(dir, std::string(what) + "-" + std::to_string(rank) + ".npy");
+}
+
+core::TensorDataset read_sequence_kd_set(const std::string& dir, const nlohmann::json& want, int64_t vocab,
+                                         const std::string& name) {
+  const std::string index = join_path(dir, "index.json");
+  nlohmann::json j;
+  int64_t windows = 0, seq = 0, ranks = 0;
+  try {
+    j = nlohmann::json::parse(read_file(index));
+    PARE_CHECK(j.at("format") == kSequenceKdFormat, "unknown format ", j.at("format").dump());
+    windows = json_int_at<int64_t>(j, "windows");
+    seq = json_int_at<int64_t>(j, "seq");
+    ranks = json_int_at<int64_t>(j, "ranks");
+    PARE_CHECK(windows >= 1 && windows <= (int64_t{1} << 40) && seq >= 2 && ranks >= 1 && ranks <= 65536,
+               "windows (", windows, "), seq (", seq, ") and ranks (", ranks, ") do not fit together");
+  } catch (const InputError& e) {
+    throw InputError(index + ": " + e.what());
+  } catch (const std::exception& e) {
+    throw InputError(index + ": not a pare sequence-KD index: " + e.what());
+  }
+  for (const auto& [key, value] : want.items())
+    PARE_CHECK(j.contains(key) && j[key] == value, dir, " holds the teacher's continuations for ", key, " ",
+               j.contains(key) ? j[key].dump() : "(none)", ", and this run asks for ", value.dump(),
+               ": give another --sequence-kd folder, or remove this one to generate them again");
+  std::vector<at::Tensor> xs, ys;
+  for (int64_t r = 0; r < ranks; ++r) {
+    const int64_t rows = windows * (r + 1) / ranks - windows * r / ranks;
+    for (const char* what : {"x", "y"}) {
+      const std::string path = sequence_kd_part(dir, what, static_cast<int>(r));
+      at::Tensor t = core::load_npy(path);
+      PARE_CHECK(t.scalar_type() == at::kLong && t.dim() == 2 && t.size(0) == rows && t.size(1) == seq, path,
+                 ": expected int64 [", rows, ", ", seq, "], got ", t.scalar_type(), " ", t.sizes());
+      const bool y = what[0] == 'y';
+      const at::Tensor ok = (t.ge(0) & t.lt(vocab)) | (y ? t.eq(-100) : at::zeros_like(t, at::kBool));
+      PARE_CHECK(ok.all().item<bool>(), path, ": a token outside [0, ", vocab, ")", y ? " (or -100)" : "");
+      (y ? ys : xs).push_back(t);
+    }
+  }
+  return {at::cat(xs), at::cat(ys), name};
 }
 
 }  // namespace pare::engine

@@ -2,6 +2,7 @@
 // black boxes, plus the spec loader; the cache engine is in cache.cpp.
 #include "engine/engine.h"
 
+#include <ATen/core/grad_mode.h>
 #include <torch/script.h>
 
 #include <algorithm>

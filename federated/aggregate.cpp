@@ -4,6 +4,8 @@
 // computed in float64; the update comes back float32.
 #include "federated/aggregate.h"
 
+#include <ATen/core/grad_mode.h>
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>

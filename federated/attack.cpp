@@ -3,6 +3,7 @@
 #include "federated/attack.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/grad_mode.h>
 
 #include <cmath>
 #include <utility>

@@ -1,5 +1,7 @@
 #include "lm/eval.h"
 
+#include <ATen/core/grad_mode.h>
+
 #include <chrono>
 #include <cmath>
 

@@ -1,6 +1,7 @@
 #include "lm/generate.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/grad_mode.h>
 
 #include <algorithm>
 #include <chrono>
@@ -107,7 +108,12 @@ at::Tensor Generator::generate_batch(const at::Tensor& prompts, const SamplingOp
   for (int64_t step = 0; step < opts.max_new_tokens; ++step) {
     std::vector<at::Tensor> out = module_.forward(inputs);
     const at::Tensor last = out[0].select(1, out[0].size(1) - 1);  // [B, vocab]
-    for (int64_t r = 0; r < b; ++r) out_ids[r][step] = choose(last[r], opts, rngs[r]);
+    if (opts.temperature == 0) {  // greedy: one argmax over the batch
+      out_ids.select(1, step).copy_(last.to(at::kFloat).argmax(-1));
+    } else {
+      int64_t* ids = out_ids.data_ptr<int64_t>();
+      for (int64_t r = 0; r < b; ++r) ids[r * opts.max_new_tokens + step] = choose(last[r], opts, rngs[r]);
+    }
     inputs[0] = out_ids.narrow(1, step, 1).clone();
     for (size_t i = 1; i < out.size(); ++i) inputs[i] = out[i];
   }
@@ -130,17 +136,21 @@ core::TensorDataset teacher_continuations(Generator& gen, const core::TensorData
     std::vector<at::Generator> rngs;
     for (int64_t r = 0; r < b; ++r)
       rngs.push_back(at::make_generator<at::CPUGeneratorImpl>(opts.seed + static_cast<uint64_t>(w0 + r)));
-    const at::Tensor made = gen.generate_batch(src.narrow(0, w0, b).narrow(1, 0, prompt), opts, rngs);
+    const at::Tensor made =
+        gen.generate_batch(src.narrow(0, w0, b).narrow(1, 0, prompt), opts, rngs).to(at::kLong).contiguous();
     for (int64_t r = 0; r < b; ++r) {
       const int64_t* row = src.data_ptr<int64_t>() + (w0 + r) * seq;
+      const int64_t* next = made.data_ptr<int64_t>() + r * made.size(1);
       std::vector<int64_t> full(row, row + prompt);
       for (int64_t i = 0; i < made.size(1); ++i) {
-        full.push_back(made[r][i].item<int64_t>());
+        full.push_back(next[i]);
         if (std::find(opts.stop.begin(), opts.stop.end(), full.back()) != opts.stop.end()) break;
       }
       const int64_t len = static_cast<int64_t>(full.size());  // seq + 1 unless a stop token came first
-      for (int64_t i = 0; i < seq; ++i) x[w0 + r][i] = full[std::min(i, len - 1)];
-      for (int64_t i = prompt - 1; i + 1 < len && i < seq; ++i) y[w0 + r][i] = full[i + 1];
+      int64_t* xr = x.data_ptr<int64_t>() + (w0 + r) * seq;
+      int64_t* yr = y.data_ptr<int64_t>() + (w0 + r) * seq;
+      for (int64_t i = 0; i < seq; ++i) xr[i] = full[std::min(i, len - 1)];
+      for (int64_t i = prompt - 1; i + 1 < len && i < seq; ++i) yr[i] = full[i + 1];
     }
     if (progress) progress(w0 + b);
   }

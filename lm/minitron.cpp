@@ -1,5 +1,7 @@
 #include "lm/minitron.h"
 
+#include <ATen/core/grad_mode.h>
+
 #include <algorithm>
 #include <map>
 

@@ -1,5 +1,7 @@
 #include "lm/weight_quant.h"
 
+#include <ATen/core/grad_mode.h>
+
 #include <chrono>
 #include <cstdio>
 

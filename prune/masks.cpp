@@ -2,6 +2,8 @@
 // name, and applies them.
 #include "prune/masks.h"
 
+#include <ATen/core/grad_mode.h>
+
 #include <algorithm>
 #include <cmath>
 #include <set>

@@ -2,6 +2,8 @@
 // training.
 #include "prune/schedule.h"
 
+#include <ATen/core/grad_mode.h>
+
 #include <algorithm>
 #include <cmath>
 #include <sstream>

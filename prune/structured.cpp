@@ -2,6 +2,8 @@
 // (prune/facets.h) and slices them out of every member tensor, shape constant and attribute.
 #include "prune/structured.h"
 
+#include <ATen/core/grad_mode.h>
+
 #include <algorithm>
 #include <cmath>
 #include <memory>

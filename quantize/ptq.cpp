@@ -2,6 +2,8 @@
 // QuantizeLinear/DequantizeLinear pairs inserted, weights stored as int8 and biases as int32.
 #include "quantize/ptq.h"
 
+#include <ATen/core/grad_mode.h>
+
 #include <algorithm>
 #include <cmath>
 #include <iomanip>

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <ATen/core/grad_mode.h>
+
 #include "core/error.h"
 #include "core/graph.h"
 #include "core/module.h"

@@ -2,6 +2,8 @@
 // The ranks are threads of this process, each with a real Gloo group over a TCPStore on a free port.
 #include "dist/shard.h"
 
+#include <ATen/core/grad_mode.h>
+
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -1,6 +1,8 @@
 // Tests for distill/student: students derived from a teacher by keeping some of its layers.
 #include "distill/student.h"
 
+#include <ATen/core/grad_mode.h>
+
 #include <gtest/gtest.h>
 
 #include <cstdlib>

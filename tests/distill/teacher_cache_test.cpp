@@ -122,6 +122,17 @@ TEST(TeacherCache, RefusesOtherDataOtherTemperaturesAndInputs) {
   expect_input_error([&] { engine::CachedEngine x(dir.path()); }, {"index.json"});
 }
 
+// The fingerprint that ties a cache to its data sees every element (element 123457 of 300000 lay
+// off the stride of 3 the fingerprint once sampled).
+TEST(TeacherCache, TheDataChecksumSeesEveryElement) {
+  const core::TensorDataset a{at::zeros({3000, 100}), at::zeros({3000}, at::kLong), "a"};
+  core::TensorDataset b{a.x.clone(), a.y, "b"};
+  EXPECT_EQ(engine::dataset_checksum(a), engine::dataset_checksum(b));
+  b.x[1234][57] = 1e-7;
+  EXPECT_NE(engine::dataset_checksum(a), engine::dataset_checksum(b));
+  EXPECT_NE(engine::dataset_checksum(a), engine::dataset_checksum({a.x.narrow(0, 0, 2999), a.y, "c"}));
+}
+
 // A cache's files are checked against each other and their ranges before use (distill/
 // teacher_cache_file.cpp; the cases tests/fuzz's teacher_cache_fuzz explores): each is refused
 // naming the file.

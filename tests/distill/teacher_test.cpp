@@ -5,6 +5,8 @@
 #include <fstream>
 #include <limits>
 
+#include <ATen/core/grad_mode.h>
+
 #include "core/error.h"
 #include "core/file_util.h"
 #include "core/tensor_io.h"

@@ -16,6 +16,8 @@
 #include <string>
 #include <string_view>
 
+#include <ATen/core/grad_mode.h>
+
 #include "core/error.h"
 #include "core/file_util.h"
 #include "core/module.h"

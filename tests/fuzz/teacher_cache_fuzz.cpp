@@ -1,14 +1,17 @@
 // libFuzzer target for teacher caches (engine::TeacherCacheFile and, of a language model,
-// engine::LmTeacherCacheFile with its row codec; engine/cache_file.cpp): an index.json and the .npy
-// shards it lists. An input is the files one after the other, split at kSplit: index.json, then
-// shard 0's classes, probs and rest, then shard 1's, and so on; they are written into a folder in
-// /dev/shm, each shard's first two files also under a language model's names (rows, offsets), and
-// read back by both readers. A cache that reads must give finite logits for every row (a language
-// model's: ids in the vocabulary, log-probabilities <= 0 or -inf); anything but a result or
-// pare::InputError is a bug.
+// engine::LmTeacherCacheFile with its row codec; engine/cache_file.cpp) and sequence-KD sets
+// (engine::read_sequence_kd_set): an index.json and the .npy shards it lists. An input is the files
+// one after the other, split at kSplit: index.json, then shard 0's classes, probs and rest, then
+// shard 1's, and so on; they are written into a folder in /dev/shm, each shard's first two files
+// also under a language model's names (rows, offsets) and a sequence-KD set's (x, y), and read back
+// by the three readers. A cache that reads must give finite logits for every row (a language
+// model's: ids in the vocabulary, log-probabilities <= 0 or -inf), a sequence-KD set windows of
+// tokens in its vocabulary; anything but a result or pare::InputError is a bug.
 //   teacher_cache_fuzz -pare_write_seed=DIR    writes a seed (a real two-shard cache) to DIR
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <nlohmann/json.hpp>
 
 #include <cerrno>
 #include <cstddef>
@@ -40,11 +43,16 @@ const std::string& folder() {
   return path;
 }
 
-std::string part_path(size_t i, bool lm = false) {
-  static const char* const what[] = {"classes", "probs", "rest"};
-  static const char* const lm_what[] = {"rows", "offsets", "unused"};
+enum class Names { kClassifier, kLm, kSequenceKd };
+
+// Where part i of an input goes: the index, or file (i - 1) % 3 of shard (i - 1) / 3 under `names`.
+std::string part_path(size_t i, Names names = Names::kClassifier) {
+  static const char* const what[][3] = {{"classes", "probs", "rest"}, {"rows", "offsets", "unused"}, {"x", "y", "z"}};
   if (i == 0) return pare::join_path(folder(), "index.json");
-  return pare::engine::teacher_cache_shard(folder(), static_cast<int>((i - 1) / 3), (lm ? lm_what : what)[(i - 1) % 3]);
+  const int shard = static_cast<int>((i - 1) / 3);
+  const char* name = what[static_cast<int>(names)][(i - 1) % 3];
+  if (names == Names::kSequenceKd) return pare::engine::sequence_kd_part(folder(), name, shard);
+  return pare::engine::teacher_cache_shard(folder(), shard, name);
 }
 
 void write(const std::string& path, std::string_view bytes) {
@@ -87,6 +95,40 @@ void write_seed(const std::string& dir) {
     input += std::string(kSplit) + pare::read_file(npy) + std::string(kSplit);
   }
   write(pare::join_path(dir, "lm_two_shards.bin"), input);
+  // A sequence-KD set of 3 windows of 4 tokens in two ranks' parts, the targets counting the last two.
+  input = R"({"format": "pare-sequence-kd-1", "teacher": "t", "windows": 3, "seq": 4, "ranks": 2})";
+  for (int64_t rows : {1, 2}) {
+    at::Tensor x = at::arange(rows * 4, at::kLong).reshape({rows, 4}).add(7);
+    at::Tensor y = x.roll(-1, 1);
+    y.narrow(1, 0, 2).fill_(-100);
+    for (const at::Tensor& t : {x, y}) {
+      pare::core::save_npy(t, npy);
+      input += std::string(kSplit) + pare::read_file(npy);
+    }
+    input += std::string(kSplit);  // the shard's third file, unused
+  }
+  write(pare::join_path(dir, "sequence_kd.bin"), input);
+}
+
+// The folder as a sequence-KD set of a vocabulary of 50 made by teacher "t": windows that read
+// must hold tokens in [0, 50) (targets also -100).
+void read_sequence_kd() {
+  try {
+    const auto set = pare::engine::read_sequence_kd_set(folder(), {{"teacher", "t"}}, 50, "fuzz");
+    const bool ok = set.x.sizes() == set.y.sizes() && (set.x.ge(0) & set.x.lt(50)).all().item<bool>() &&
+                    (set.y.eq(-100) | (set.y.ge(0) & set.y.lt(50))).all().item<bool>();
+    if (!ok) {
+      std::fprintf(stderr, "teacher_cache_fuzz: a sequence-KD set that reads gave windows %s and targets %s, or a "
+                   "token outside [0, 50)\n", c10::str(set.x.sizes()).c_str(), c10::str(set.y.sizes()).c_str());
+      std::abort();
+    }
+  } catch (const pare::InputError& e) {
+    if (std::getenv("PARE_FUZZ_VERBOSE")) std::fprintf(stderr, "refused (sequence-KD set): %s\n", e.what());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "teacher_cache_fuzz: the sequence-KD reader threw something other than InputError: %s\n",
+                 e.what());
+    std::abort();
+  }
 }
 
 }  // namespace
@@ -108,7 +150,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const size_t end = in.find(kSplit, at);
     const std::string_view part = in.substr(at, end == std::string_view::npos ? std::string_view::npos : end - at);
     write(part_path(parts), part);
-    if (parts > 0) write(part_path(parts, /*lm=*/true), part);
+    if (parts > 0) write(part_path(parts, Names::kLm), part), write(part_path(parts, Names::kSequenceKd), part);
     if (end == std::string_view::npos || parts == 30) break;
     at = end + kSplit.size();
   }
@@ -148,6 +190,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                  e.what());
     std::abort();
   }
-  for (size_t i = 0; i <= parts; ++i) std::remove(part_path(i).c_str()), std::remove(part_path(i, true).c_str());
+  read_sequence_kd();
+  for (size_t i = 0; i <= parts; ++i)
+    for (Names names : {Names::kClassifier, Names::kLm, Names::kSequenceKd}) std::remove(part_path(i, names).c_str());
   return 0;
 }

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <limits>
 
+#include <ATen/core/grad_mode.h>
+
 #include "core/file_util.h"
 #include "core/module.h"
 #include "core/tensor_io.h"

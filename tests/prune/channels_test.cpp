@@ -1,6 +1,8 @@
 // Structured pruning: for every op with a channel facet, pruning a tiny graph gives the outputs
 // of the original graph with the removed channels' consumer weights zeroed (a numerical check,
 // not only shapes); the facets cover every registered op; impossible requests are refused.
+#include <ATen/core/grad_mode.h>
+
 #include <gtest/gtest.h>
 
 #include <algorithm>

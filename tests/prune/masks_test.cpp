@@ -1,4 +1,6 @@
 // Unstructured and N:M masks, schedules, and masks kept applied while weights are updated.
+#include <ATen/core/grad_mode.h>
+
 #include <gtest/gtest.h>
 
 #include <cmath>
