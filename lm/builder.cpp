@@ -169,7 +169,8 @@ class Builder {
   // GPT-2's gelu_new, written as Hugging Face writes it:
   // 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))).
   std::string gelu_tanh(const std::string& x, const std::string& p) {
-    auto scalar = [&](const std::string& n, double v) { return constant(p + "." + n, at::tensor(v).to(dtype_)); };
+    // 0-d constants: a Module trains no 0-d tensor (a [1] one it would, and export would drop it).
+    auto scalar = [&](const std::string& n, double v) { return constant(p + "." + n, at::scalar_tensor(v, dtype_)); };
     const std::string cube = op("Pow", {x, scalar("three", 3.0)}, p + "_cube");
     const std::string inner = op("Add", {x, op("Mul", {cube, scalar("c", 0.044715)}, p + "_cube_scaled")}, p + "_inner");
     const std::string t = op("Tanh", {op("Mul", {inner, scalar("k", std::sqrt(2.0 / M_PI))}, p + "_arg")}, p + "_tanh");

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/file_util.h"
+#include "core/module.h"
 #include "lm/gguf_export.h"
 #include "lm/hf.h"
 #include "lm/hf_export.h"
@@ -97,6 +98,20 @@ TEST(HfExport, WritesGpt2ConvWeightsAsStoredAndLeavesOutTheTiedHead) {
   // And pare loads it back as the graph it came from.
   const LmModel back = load_hf(tmp.file("gpt2"));
   EXPECT_EQ(back.graph.initializers.size(), make_model(c, w).graph.initializers.size());
+}
+
+// A Module of the graph trains the checkpoint's tensors and nothing else (GPT-2's GELU constants,
+// once [1] tensors, were trained too, and the exported checkpoint lost what they learned).
+TEST(HfExport, AModuleTrainsExactlyTheTensorsTheCheckpointHolds) {
+  for (const char* family : {"llama", "gpt2"}) {
+    const LmConfig c = tiny_config(family);
+    const auto w = random_weights(c);
+    int64_t want = 0, got = 0;
+    for (const auto& [name, t] : w) want += t.numel();
+    const core::Module m(make_model(c, w).graph);
+    for (const auto& p : m.parameters()) got += p.numel();
+    EXPECT_EQ(got, want) << family;
+  }
 }
 
 TEST(HfExport, WritesBfloat16WeightsAsTheyAre) {
