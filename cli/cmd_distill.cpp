@@ -54,7 +54,7 @@ struct DistillOpts {
   // Language models
   std::string divergence = "fkl", tokenizer, sequence_kd;
   int64_t chunk_tokens = distill::LmDistillOptions::kAutoChunk, seq_len = 0, max_new_tokens = 0;
-  double gen_temperature = 1.0;
+  double gen_temperature = 1.0, on_policy = 0;
   bool temperature_given = false, alpha_given = false;
 };
 
@@ -158,13 +158,21 @@ void distill_lm(DistillOpts& o) {
   core::TensorDataset train = run.text_windows(*m.tok, "train", seq, talk);
   core::TensorDataset val;
   if (!run.no_val) val = run.text_windows(*m.tok, run.val_split, seq, talk);
-  if (!o.sequence_kd.empty()) {  // the teacher's continuations of the windows, not the text's
-    lm::SamplingOptions sampling;
-    sampling.temperature = o.gen_temperature;
-    sampling.seed = topts.seed_;
-    const int64_t prompt = seq - (o.max_new_tokens > 0 ? o.max_new_tokens : seq / 2);
-    train = sequence_kd_windows(o.sequence_kd, o.teachers[0], run.data, train, m.config.vocab, sampling, prompt,
+  lm::SamplingOptions sampling;  // of --sequence-kd's teacher and --on-policy's student
+  sampling.temperature = o.gen_temperature;
+  sampling.seed = topts.seed_;
+  if (m.config.eos >= 0) sampling.stop = {m.config.eos};
+  PARE_CHECK_OPTION(o.max_new_tokens >= 0 && o.max_new_tokens < seq, "max_new_tokens", "must leave a prompt of at "
+                    "least one of the window's ", seq, " tokens, got ", o.max_new_tokens);
+  const int64_t prompt = seq - (o.max_new_tokens > 0 ? o.max_new_tokens : seq / 2);
+  if (!o.sequence_kd.empty())  // the teacher's continuations of the windows, not the text's
+    train = sequence_kd_windows(o.sequence_kd, o.teachers[0], teacher, run.data, train, sampling, prompt,
                                 topts.process_group_.get(), talk);
+  if (o.on_policy > 0) {
+    lopts.on_policy = o.on_policy;
+    const int rank = topts.process_group_ ? topts.process_group_->rank() : 0;
+    sampling.seed = topts.seed_ * 1000003ULL + static_cast<uint64_t>(rank) * 7919ULL;  // each rank its draws
+    lopts.student_windows = lm::student_windows(m, prompt, sampling);
   }
   topts.eval_batch_size_ = lm_eval_batch_size(topts.batch_size_, seq, m.config.vocab);
   core::Module student(m.graph);
@@ -202,6 +210,10 @@ void distill_lm(DistillOpts& o) {
 // Distillation of a classifier (or any model with labels): an ONNX student out.
 void distill_classifier(DistillOpts& o) {
   const TrainingRun& run = o.run;
+  PARE_CHECK(o.sequence_kd.empty() && o.on_policy == 0 && o.seq_len == 0 && o.max_new_tokens == 0 &&
+                 o.tokenizer.empty(),
+             "--sequence-kd, --on-policy, --seq-len, --max-new-tokens and --tokenizer apply to language models (an "
+             "hf: or gguf: teacher on text: data)");
   train::TrainerOptions topts = run.start();
   distill::DistillLossOptions lopts = o.loss;
   lopts.seed(topts.seed_);
@@ -313,10 +325,13 @@ void add_distill(CLI::App& app, Action& action) {
                   "each window's first tokens (generated once into this folder, reused by later runs that ask the "
                   "same; only the continuations count; --alpha 0 is Kim and Rush's, without token-level KD)")
       ->group(lmg);
-  cmd->add_option("--max-new-tokens", o->max_new_tokens, "With --sequence-kd: tokens the teacher writes after each "
-                  "prompt (default half the window)")->group(lmg);
-  cmd->add_option("--gen-temperature", o->gen_temperature, "With --sequence-kd: the teacher's sampling temperature "
-                  "(0: greedy)")->capture_default_str()->group(lmg);
+  cmd->add_option("--on-policy", o->on_policy, "On-policy KD (GKD): in this share of the batches (0 to 1) the student "
+                  "continues each window's first tokens itself and the teacher scores its tokens; only those count")
+      ->check(CLI::Range(0.0, 1.0))->group(lmg);
+  cmd->add_option("--max-new-tokens", o->max_new_tokens, "With --sequence-kd or --on-policy: tokens the teacher or the "
+                  "student writes after each prompt (default half the window)")->group(lmg);
+  cmd->add_option("--gen-temperature", o->gen_temperature, "With --sequence-kd or --on-policy: the sampling "
+                  "temperature of the generating model (0: greedy)")->capture_default_str()->group(lmg);
   o->run.add_options(cmd);
   cmd->get_option("--data")->description("fashion-mnist[:DIR] or npy:X.npy,Y.npy; for a language model text:FILE[,FILE...] "
                                          "or jsonl:FILE[:FIELD] (every 10th document is --val-split test)");

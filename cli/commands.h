@@ -80,15 +80,16 @@ core::TensorDataset text_windows(const std::string& data, const lm::Tokenizer& t
                                  int64_t seq_len, bool talk);
 
 /// Sequence-level KD's training windows (pare distill --sequence-kd DIR, cli/sequence_kd.cpp): the
-/// windows of `train` cut to `prompt` tokens and continued by `teacher` (an hf:/gguf: spec) with
-/// `sampling`, S tokens in all (lm::teacher_continuations), generated into `dir` once (each rank
-/// of `pg` its slice, written whole through dist::StagedDir) and read back, checked, by a later
-/// run that asks for the same teacher, data, windows, prompt and sampling. Throws InputError when
-/// `dir` holds another set, a malformed one, or the teacher is a cache.
-core::TensorDataset sequence_kd_windows(const std::string& dir, const std::string& teacher, const std::string& data,
-                                        const core::TensorDataset& train, int64_t vocab,
-                                        const lm::SamplingOptions& sampling, int64_t prompt,
-                                        dist::ProcessGroup* pg, bool talk);
+/// windows of `train` cut to `prompt` tokens and continued by the teacher (`model`, loaded from the
+/// hf:/gguf: spec `teacher`, rebuilt with a KV cache) with `sampling`, S tokens in all
+/// (lm::continue_windows), generated into `dir` once (each rank of `pg` its slice, written whole
+/// through dist::StagedDir) and read back, checked, by a later run that asks for the same teacher,
+/// data, windows, prompt and sampling. Throws InputError when `dir` holds another set, a malformed
+/// one, or the teacher is a cache.
+core::TensorDataset sequence_kd_windows(const std::string& dir, const std::string& teacher, const lm::LmModel& model,
+                                        const std::string& data, const core::TensorDataset& train,
+                                        const lm::SamplingOptions& sampling, int64_t prompt, dist::ProcessGroup* pg,
+                                        bool talk);
 
 /// Windows per validation batch of a language model, whose logits [windows, seq_len, vocab] are all
 /// formed at once: the training batch, fewer when their logits would pass 256 MB (at least one).

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -22,10 +23,11 @@ namespace pare::cli {
 
 constexpr int64_t kBatch = 16;  // windows the teacher decodes together
 
-core::TensorDataset sequence_kd_windows(const std::string& dir, const std::string& teacher, const std::string& data,
-                                        const core::TensorDataset& train, int64_t vocab,
-                                        const lm::SamplingOptions& sampling, int64_t prompt,
-                                        dist::ProcessGroup* pg, bool talk) {
+core::TensorDataset sequence_kd_windows(const std::string& dir, const std::string& teacher, const lm::LmModel& model,
+                                        const std::string& data, const core::TensorDataset& train,
+                                        const lm::SamplingOptions& sampling, int64_t prompt, dist::ProcessGroup* pg,
+                                        bool talk) {
+  const int64_t vocab = model.config.vocab;
   PARE_CHECK(teacher.rfind("cache:", 0) != 0, "--sequence-kd generates with the teacher, and ", teacher,
              " holds its outputs, not its weights");
   const nlohmann::json want = {{"teacher", teacher}, {"data", data}, {"checksum", engine::dataset_checksum(train)},
@@ -43,10 +45,9 @@ core::TensorDataset sequence_kd_windows(const std::string& dir, const std::strin
   const int64_t n = train.size(), begin = n * rank / ranks, end = n * (rank + 1) / ranks;
   lm::BuildOptions kv;
   kv.kv_cache = true;
-  const lm::LmModel m = lm::load_lm(teacher, kv);
-  lm::Generator gen(m.graph);
+  lm::Generator gen(lm::rebuild(model, kv, teacher).graph);
   lm::SamplingOptions opts = sampling;
-  if (m.config.eos >= 0) opts.stop = {m.config.eos};
+  opts.stop = model.config.eos >= 0 ? std::vector<int64_t>{model.config.eos} : std::vector<int64_t>{};
   const bool tty = talk && ::isatty(2);
   if (talk) std::fprintf(stderr, "sequence-KD: the teacher continues %lld windows after %lld tokens of each, into %s\n",
                          (long long)n, (long long)prompt, dir.c_str());
@@ -54,7 +55,7 @@ core::TensorDataset sequence_kd_windows(const std::string& dir, const std::strin
                                   train.name};
   opts.seed = sampling.seed + static_cast<uint64_t>(begin);
   const core::TensorDataset made =
-      end > begin ? lm::teacher_continuations(gen, slice, prompt, opts, kBatch, [&](int64_t done) {
+      end > begin ? lm::continue_windows(gen, slice, prompt, opts, kBatch, [&](int64_t done) {
         const int64_t all = end - begin;
         if (tty) std::fprintf(stderr, "\rsequence-KD: %lld/%lld windows", (long long)done, (long long)all);
         const int64_t tenth = std::max<int64_t>(1, all / 10);

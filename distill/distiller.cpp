@@ -5,6 +5,7 @@
 #include <cmath>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 
 #include "core/error.h"
@@ -111,6 +112,12 @@ std::vector<train::EpochStats> distill_lm(core::Module& student, core::Module* t
                     "must be >= 0 (or auto), got ", options.chunk_tokens);
   PARE_CHECK((teacher != nullptr) != (options.cache != nullptr), "distill_lm takes a teacher or a cache, not ",
              teacher ? "both" : "neither");
+  PARE_CHECK_OPTION(options.on_policy >= 0 && options.on_policy <= 1, "on_policy", "must lie in [0, 1], got ",
+                    options.on_policy);
+  PARE_CHECK_OPTION(options.on_policy == 0 || (options.student_windows && !options.cache), "on_policy",
+                    options.cache ? "needs a teacher that scores the student's own tokens, not a cache of its outputs "
+                                    "on the text"
+                                  : "needs the student's generation (student_windows)");
   LmDistillOptions opts = options;
   const at::Device device = trainer_opts.device_;
   student.to(device);
@@ -134,8 +141,21 @@ std::vector<train::EpochStats> distill_lm(core::Module& student, core::Module* t
     opts.chunk_tokens = opts.chunk_for(vs);
   }
   train::Trainer trainer(student, trainer_opts);
-  trainer.set_loss([teacher, opts, chunked](core::Module& m, const core::Batch& b) {
+  auto batches = std::make_shared<int64_t>(0);  // for on-policy's share
+  trainer.set_loss([teacher, opts, chunked, batches](core::Module& m, const core::Batch& data) {
     train::StepOutput out;
+    const double i = static_cast<double>((*batches)++);
+    const bool own = std::floor((i + 1) * opts.on_policy) > std::floor(i * opts.on_policy);
+    core::Batch generated;
+    if (own) {  // the student's continuations, scored by the teacher
+      generated = data;
+      std::tie(generated.x, generated.y) = opts.student_windows(m, data.x);
+      out.targets = generated.y;
+    }
+    const core::Batch& b = own ? generated : data;
+    // On the student's own tokens the divergence alone (as GKD): their next-token loss would teach
+    // the student its own samples.
+    const double alpha = own ? 1.0 : opts.alpha;
     SparseTeacher sparse;
     at::Tensor t;
     std::unordered_map<std::string, at::Tensor> th;
@@ -153,17 +173,17 @@ std::vector<train::EpochStats> distill_lm(core::Module& student, core::Module* t
     const auto& d = opts.divergence;
     if (!chunked) {
       out.logits = m.forward({b.x})[0];
-      out.loss = opts.cache ? lm_kd_loss(out.logits, sparse, b.y, d, opts.temperature, opts.alpha)
-                            : lm_kd_loss(out.logits, t, b.y, d, opts.temperature, opts.alpha);
+      out.loss = opts.cache ? lm_kd_loss(out.logits, sparse, b.y, d, opts.temperature, alpha)
+                            : lm_kd_loss(out.logits, t, b.y, d, opts.temperature, alpha);
       return out;
     }
     auto s = m.forward_until({b.x}, {opts.student_head.hidden, opts.student_head.weight});
     const at::Tensor& sh = s.at(opts.student_head.hidden);
     const at::Tensor& sw = s.at(opts.student_head.weight);
-    out.loss = opts.cache ? chunked_lm_kd_loss(sh, sw, sparse, b.y, d, opts.temperature, opts.alpha,
+    out.loss = opts.cache ? chunked_lm_kd_loss(sh, sw, sparse, b.y, d, opts.temperature, alpha,
                                                opts.chunk_tokens, &out.predictions)
                           : chunked_lm_kd_loss(sh, sw, th.at(opts.teacher_head.hidden),
-                                               th.at(opts.teacher_head.weight), b.y, d, opts.temperature, opts.alpha,
+                                               th.at(opts.teacher_head.weight), b.y, d, opts.temperature, alpha,
                                                opts.chunk_tokens, &out.predictions);
     return out;
   });

@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/data.h"
@@ -65,6 +66,14 @@ struct LmDistillOptions {
   /// the same text: its divergence is computed over the cached tokens' buckets (lm_kd_loss's sparse
   /// form). Set, distill_lm takes no teacher module.
   std::shared_ptr<const engine::LmTeacherCacheFile> cache;
+  /// On-policy distillation (GKD, Agarwal et al. 2024): in a share `on_policy` of the batches,
+  /// spread evenly (batch i when floor((i + 1) share) > floor(i share)), `student_windows` replaces
+  /// the batch's windows and targets with the student's own continuations of their first tokens
+  /// (targets -100 before them), which the teacher then scores; the divergence alone is taken on
+  /// them (alpha 1 in those batches: a next-token loss would teach the student its own samples).
+  /// distill/ knows no language model: lm::student_windows makes the function.
+  double on_policy = 0;
+  std::function<std::pair<at::Tensor, at::Tensor>(const core::Module& student, const at::Tensor& x)> student_windows;
 };
 
 /// Trains the language model `student` from `teacher` (a frozen Module of the same vocabulary, or

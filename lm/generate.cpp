@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <memory>
+#include <utility>
 
 #include "core/error.h"
 
@@ -120,14 +122,14 @@ at::Tensor Generator::generate_batch(const at::Tensor& prompts, const SamplingOp
   return out_ids;
 }
 
-core::TensorDataset teacher_continuations(Generator& gen, const core::TensorDataset& windows, int64_t prompt,
-                                          SamplingOptions opts, int64_t batch,
-                                          const std::function<void(int64_t)>& progress) {
+core::TensorDataset continue_windows(Generator& gen, const core::TensorDataset& windows, int64_t prompt,
+                                     SamplingOptions opts, int64_t batch,
+                                     const std::function<void(int64_t)>& progress) {
   PARE_CHECK(windows.x.dim() == 2 && windows.size() > 0, "no windows of tokens to continue");
   const int64_t n = windows.size(), seq = windows.x.size(1);
   PARE_CHECK_OPTION(prompt >= 1 && prompt < seq, "max_new_tokens", "must leave a prompt of 1 to ", seq - 1,
                     " tokens of the ", seq, " a window holds; the prompt would be ", prompt);
-  PARE_CHECK(batch >= 1, "teacher_continuations decodes at least one window at a time, not ", batch);
+  PARE_CHECK(batch >= 1, "continue_windows decodes at least one window at a time, not ", batch);
   opts.max_new_tokens = seq - prompt + 1;
   at::Tensor x = at::empty({n, seq}, at::kLong), y = at::full({n, seq}, -100, at::kLong);
   const at::Tensor src = windows.x.to(at::kLong).contiguous();
@@ -154,7 +156,27 @@ core::TensorDataset teacher_continuations(Generator& gen, const core::TensorData
     }
     if (progress) progress(w0 + b);
   }
-  return {x, y, windows.name + " continued by the teacher"};
+  return {x, y, windows.name + " continued"};
+}
+
+std::function<std::pair<at::Tensor, at::Tensor>(const core::Module&, const at::Tensor&)> student_windows(
+    const LmModel& m, int64_t prompt, SamplingOptions opts) {
+  LmModel shape = m;  // the config, family and tokenizer; the weights come from the Module each call
+  shape.graph.initializers.clear();
+  auto calls = std::make_shared<uint64_t>(0);
+  return [shape = std::move(shape), prompt, opts, calls](const core::Module& student, const at::Tensor& x) {
+    at::NoGradGuard no_grad;
+    LmModel now = shape;
+    now.graph = student.to_graph();
+    BuildOptions kv;
+    kv.kv_cache = true;
+    Generator gen(rebuild(now, kv, "the student").graph);
+    SamplingOptions o = opts;
+    o.seed += (*calls)++ * static_cast<uint64_t>(x.size(0));
+    const at::Tensor cpu = x.to(at::kCPU);
+    const core::TensorDataset made = continue_windows(gen, {cpu, cpu, "the student's windows"}, prompt, o, x.size(0));
+    return std::make_pair(made.x.to(x.device()), made.y.to(x.device()));
+  };
 }
 
 }  // namespace pare::lm

@@ -9,11 +9,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <utility>
 #include <vector>
 
 #include "core/data.h"
 #include "core/graph.h"
 #include "core/module.h"
+#include "lm/model.h"
 
 namespace pare::lm {
 
@@ -61,14 +63,24 @@ class Generator {
   at::ScalarType cache_type_ = at::kFloat;
 };
 
-/// Sequence-level KD's data (Kim and Rush 2016): each window of `windows` (x [N, S]) cut to its
-/// first `prompt` tokens, and continued by `gen` with opts (opts.max_new_tokens is set here to
-/// S - prompt + 1; window w's draws are seeded opts.seed + w, so they do not depend on `batch`, the
-/// windows decoded together), S tokens in all: x [N, S] and y its next tokens, -100 where the next
-/// token is the prompt's or follows a stop token (x there repeats the stop token). `progress` gets
-/// the windows done. Throws InputError for a prompt outside [1, S - 1].
-core::TensorDataset teacher_continuations(Generator& gen, const core::TensorDataset& windows, int64_t prompt,
-                                          SamplingOptions opts, int64_t batch = 16,
-                                          const std::function<void(int64_t)>& progress = {});
+/// Sequence-level KD's data (Kim and Rush 2016), and on-policy distillation's: each window of
+/// `windows` (x [N, S]) cut to its first `prompt` tokens, and continued by `gen` with opts
+/// (opts.max_new_tokens is set here to S - prompt + 1; window w's draws are seeded opts.seed + w,
+/// so they do not depend on `batch`, the windows decoded together), S tokens in all: x [N, S] and y
+/// its next tokens, -100 where the next token is the prompt's or follows a stop token (x there
+/// repeats the stop token). `progress` gets the windows done. Throws InputError for a prompt
+/// outside [1, S - 1].
+core::TensorDataset continue_windows(Generator& gen, const core::TensorDataset& windows, int64_t prompt,
+                                     SamplingOptions opts, int64_t batch = 16,
+                                     const std::function<void(int64_t)>& progress = {});
+
+/// On-policy distillation's windows (GKD, Agarwal et al. 2024; distill::LmDistillOptions::
+/// student_windows): a function of the student as it is now (a Module of `m`'s graph, training)
+/// and windows x [B, S] (any device) that continues each window's first `prompt` tokens with the
+/// student's current weights (a KV-cache build of `m`'s config with them, continue_windows with
+/// `opts`, the seed moving on by B each call) and returns {x, y} on x's device, y -100 before the
+/// continuation. Throws InputError for a prompt outside [1, S - 1].
+std::function<std::pair<at::Tensor, at::Tensor>(const core::Module&, const at::Tensor&)> student_windows(
+    const LmModel& m, int64_t prompt, SamplingOptions opts);
 
 }  // namespace pare::lm

@@ -53,6 +53,10 @@ LmModel keep_layers(const LmModel& m, const std::vector<int64_t>& keep, const st
   return slice(m, k, what, opts);
 }
 
+LmModel rebuild(const LmModel& m, const BuildOptions& opts, const std::string& what) {
+  return slice(m, Keep{}, what, opts);
+}
+
 LmModel load_lm(const std::string& spec, const BuildOptions& opts) {
   LmModel m = [&] {
     if (spec.rfind("hf:", 0) == 0) return load_hf(spec.substr(3), opts);

@@ -40,6 +40,10 @@ LmModel load_gguf(const std::string& path, const BuildOptions& opts = {});
 /// its graph as it is, without a KV cache. Throws InputError naming the source when it is none.
 LmModel load_lm(const std::string& spec, const BuildOptions& opts = {});
 
+/// `m` built again with `opts` (a KV cache, say) from the weights its graph holds, used in place
+/// where they need no conversion. Throws InputError naming `what` when a weight is missing.
+LmModel rebuild(const LmModel& m, const BuildOptions& opts, const std::string& what);
+
 /// The metadata that makes an ONNX file of `m`'s graph a language model load_lm reads back:
 /// "pare.lm.config" (config.json's text) and "pare.lm.tokenizer" (tokenizer.json's, when m has one).
 std::map<std::string, std::string> onnx_metadata(const LmModel& m);

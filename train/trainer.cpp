@@ -499,11 +499,12 @@ void Trainer::train_epoch(Run& run, State& st, const core::TensorDataset& train)
     st.scaler.scaled(opts_.accumulate_ > 1 ? out.loss / static_cast<double>(opts_.accumulate_) : out.loss).backward();
     ++st.batch;
     const at::Tensor predicted = out.logits.defined() ? out.logits.detach().argmax(-1) : out.predictions;
-    const int64_t n = b.y.numel();  // samples, or tokens for a language model
+    const at::Tensor& y = out.targets.defined() ? out.targets : b.y;
+    const int64_t n = y.numel();  // samples, or tokens for a language model
     run.step_samples += n;
     st.samples += n;
     st.loss_sum += l * n;
-    st.correct += predicted.eq(b.y).sum().item<int64_t>();
+    st.correct += predicted.eq(y).sum().item<int64_t>();
     for (auto& [k, v] : out.parts) st.part_sums[k] += v * n;
     if (st.batch % opts_.accumulate_ != 0 && st.batch != run.batches) continue;
 

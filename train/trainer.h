@@ -140,6 +140,9 @@ struct StepOutput {
   /// forms the whole logits (distill::chunked_lm_kd_loss); accuracy counts these when `logits` is
   /// undefined.
   at::Tensor predictions;
+  /// The labels the loss was taken against when it replaced the batch's (on-policy distillation
+  /// trains on the student's own windows); accuracy counts against these when defined.
+  at::Tensor targets;
 };
 
 /// Runs the training loop.

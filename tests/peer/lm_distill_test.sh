@@ -19,7 +19,10 @@
 #     another temperature, rkl from draws and from-teacher: students of a cache exit 2;
 #   - --sequence-kd: the teacher's greedy continuations equal transformers' generate() (do_sample
 #     False) window by window; a second run reads the folder back, a run asking another temperature
-#     exits 2; 2 ranks under pare launch write the 1-process set, sampled draws included.
+#     exits 2; 2 ranks under pare launch write the 1-process set, sampled draws included;
+#   - --on-policy 0.5 (GKD) trains on the student's own continuations in every second batch (the
+#     continuations themselves are checked in tests/lm/on_policy_test.cpp); with a cache, or a share
+#     above 1, it exits 2.
 # Env: PARE, PARE_PYTHON. Without transformers/tokenizers the test fails under make test and CI.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -190,4 +193,14 @@ print(f"ok: 2 ranks under pare launch wrote the 1-process sampled set ({one[0].s
 PYEOF
 refuse "a sequence-KD folder of another temperature" "holds the teacher's continuations for temperature 0.0" \
   "${skd[@]}" --sequence-kd "$tmp/skd" --gen-temperature 0.7
+# On-policy KD: every second batch is the student's own continuations, scored by the teacher.
+"$PARE" distill "${skd[@]}" --on-policy 0.5 --loss jsd:0.5 --json --out "$tmp/from-gkd" >"$tmp/gkd.json"
+"$PY" - "$tmp/gkd.json" <<'PYEOF'
+import json, math, sys
+r = json.load(open(sys.argv[1]))
+assert math.isfinite(r["train_loss"]) and r["train_loss"] > 0, r
+print(f"ok: --on-policy 0.5 --loss jsd:0.5 trained 2 steps (the second on-policy), loss {r['train_loss']:.4f}")
+PYEOF
+refuse "on-policy KD from a cache" "scores the student's own tokens" "${kc[@]}" "${data[@]}" --on-policy 0.5
+refuse "an on-policy share above 1" "on-policy" "${skd[@]}" --on-policy 1.5
 echo "PASSED"
