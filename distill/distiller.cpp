@@ -89,11 +89,7 @@ namespace {
 // A cache's checks against the windows, the temperature and the divergence it is asked to serve.
 void check_cache(const engine::LmTeacherCacheFile& c, const LmDistillOptions& opts, const core::TensorDataset& train) {
   c.check(train);
-  if (std::abs(opts.temperature - c.temperature) >= 1e-9)
-    throw InputError(pare::detail::concat(c.describe(), " holds the teacher's distribution at T=", c.temperature,
-                                          "; distill with temperature ", c.temperature, " (or rebuild the cache at T=",
-                                          opts.temperature, ")"))
-        .about("temperature");
+  engine::check_cache_temperature(c.describe(), c.temperature, opts.temperature);
   const auto& d = opts.divergence;
   const bool needs_all = d.kind == TokenDivergence::Kind::kReverseKL ||
                          (d.kind == TokenDivergence::Kind::kJsd && d.weight == 1);

@@ -40,6 +40,14 @@ std::string dataset_checksum(const core::TensorDataset& ds) {
   return buf;
 }
 
+void check_cache_temperature(const std::string& what, double cached, double asked) {
+  if (std::abs(asked - cached) >= 1e-9)
+    throw InputError(pare::detail::concat(what, " holds the teacher's distribution at T=", cached,
+                                          "; distill with temperature ", cached, " (or rebuild the cache at T=", asked,
+                                          ")"))
+        .about("temperature");
+}
+
 void LmTeacherCacheFile::check(const core::TensorDataset& ds) const {
   PARE_CHECK(ds.size() == windows && ds.x.dim() == 2 && ds.x.size(1) == seq && dataset_checksum(ds) == checksum,
              describe(), " was built for other text or another tokenizer or window length (", windows, " windows of ",
@@ -56,11 +64,7 @@ void CachedEngine::check(const core::TensorDataset& ds, double temperature) cons
   PARE_CHECK(ds.size() == cache_.samples && dataset_checksum(ds) == cache_.checksum, describe(), " was built for another dataset (",
              cache_.samples, " rows, checksum ", cache_.checksum, ") than '", ds.name, "' (", ds.size(), " rows, checksum ",
              dataset_checksum(ds), "); rebuild it from the same data, normalized the same way");
-  if (std::abs(temperature - cache_.temperature) >= 1e-9)
-    throw InputError(pare::detail::concat(describe(), " holds the teacher's distribution at T=", cache_.temperature,
-                                    "; distill with temperature ", cache_.temperature, " (or rebuild the cache at T=",
-                                    temperature, ")"))
-        .about("temperature");
+  check_cache_temperature(describe(), cache_.temperature, temperature);
 }
 
 std::unordered_map<std::string, at::Tensor> CachedEngine::forward(const at::Tensor&, const std::vector<std::string>&) {

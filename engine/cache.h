@@ -20,6 +20,10 @@ namespace pare::engine {
 /// A fingerprint of a dataset's inputs (every element) and its size, as hex.
 std::string dataset_checksum(const core::TensorDataset& ds);
 
+/// Throws InputError (about "temperature") naming `what` when a cache of the teacher's distribution
+/// at T=`cached` is asked for T=`asked`.
+void check_cache_temperature(const std::string& what, double cached, double asked);
+
 /// The index's "format".
 extern const char* const kTeacherCacheFormat;
 /// The most classes a cache holds (2^24, beyond any vocabulary): reading a batch builds dense

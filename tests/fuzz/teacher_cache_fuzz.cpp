@@ -67,14 +67,15 @@ void write_seed(const std::string& dir) {
       R"( "samples": 5, "teacher": "t", "data": "d", "checksum": "0123456789abcdef", "bytes_per_sample": 10,)"
       R"( "shards": [{"rank": 0, "begin": 0, "end": 3}, {"rank": 1, "begin": 3, "end": 5}]})";
   const std::string npy = folder() + "/seed.npy";
+  auto add = [&](const at::Tensor& t) {  // the next part: t as an .npy file
+    pare::core::save_npy(t, npy);
+    input += std::string(kSplit) + pare::read_file(npy);
+  };
   for (int64_t rows : {3, 2}) {
     at::Tensor idx = at::arange(rows * 2, at::kShort).remainder(4).reshape({rows, 2});
     idx[rows - 1][1] = -1;  // padding
     at::Tensor probs = at::full({rows, 2}, 0.25, at::kHalf), rest = at::full({rows}, 0.5, at::kHalf);
-    for (const at::Tensor& t : {idx, probs, rest}) {
-      pare::core::save_npy(t, npy);
-      input += std::string(kSplit) + pare::read_file(npy);
-    }
+    for (const at::Tensor& t : {idx, probs, rest}) add(t);
   }
   write(pare::join_path(dir, "two_shards.bin"), input);
   // A language model's: 3 windows of 2 tokens over a vocabulary of 50, top-3 rows, in two shards.
@@ -89,10 +90,9 @@ void write_seed(const std::string& dir) {
         pare::engine::append_lm_top_k_row(rows, {{3 + t, -0.5f}, {41, -1.5f}, {7, -2.25f}}, -3.0f);
       offsets.push_back(static_cast<int64_t>(rows.size()));
     }
-    pare::core::save_npy(at::from_blob(rows.data(), {static_cast<int64_t>(rows.size())}, at::kByte), npy);
-    input += std::string(kSplit) + pare::read_file(npy);
-    pare::core::save_npy(at::tensor(offsets, at::kLong), npy);
-    input += std::string(kSplit) + pare::read_file(npy) + std::string(kSplit);
+    add(at::from_blob(rows.data(), {static_cast<int64_t>(rows.size())}, at::kByte));
+    add(at::tensor(offsets, at::kLong));
+    input += std::string(kSplit);  // the shard's third file, unused
   }
   write(pare::join_path(dir, "lm_two_shards.bin"), input);
   // A sequence-KD set of 3 windows of 4 tokens in two ranks' parts, the targets counting the last two.
@@ -101,10 +101,8 @@ void write_seed(const std::string& dir) {
     at::Tensor x = at::arange(rows * 4, at::kLong).reshape({rows, 4}).add(7);
     at::Tensor y = x.roll(-1, 1);
     y.narrow(1, 0, 2).fill_(-100);
-    for (const at::Tensor& t : {x, y}) {
-      pare::core::save_npy(t, npy);
-      input += std::string(kSplit) + pare::read_file(npy);
-    }
+    add(x);
+    add(y);
     input += std::string(kSplit);  // the shard's third file, unused
   }
   write(pare::join_path(dir, "sequence_kd.bin"), input);
