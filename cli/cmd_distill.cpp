@@ -14,6 +14,7 @@
 #include "core/data.h"
 #include "core/error.h"
 #include "core/onnx_io.h"
+#include "dist/shard.h"
 #include "distill/distiller.h"
 #include "distill/student.h"
 #include "distill/teacher_cache.h"
@@ -126,10 +127,32 @@ void report_lm(const DistillOpts& o, const distill::LmDistillOptions& lopts,
   } else if (!run.quiet) {
     if (last.val_loss >= 0)
       std::fprintf(stderr, "%s perplexity: teacher %s, student %.2f\n", run.val_split.c_str(),
-                   teacher_loss >= 0 ? std::to_string(std::exp(teacher_loss)).c_str() : "- (cached)",
+                   teacher_loss >= 0 ? std::to_string(std::exp(teacher_loss)).c_str()
+                   : lopts.sharded  ? "- (sharded)"
+                                    : "- (cached)",
                    std::exp(last.val_loss));
     std::fprintf(stderr, "wrote %s\n", o.out.c_str());
   }
+}
+
+// --teacher-parallel for a language-model teacher: null for none (or auto's none), else the teacher
+// sharded over the job's ranks, a tensor-parallel one keeping its logits split by vocabulary.
+std::shared_ptr<dist::ShardedModel> shard_lm_teacher(const DistillOpts& o, const lm::LmModel& teacher,
+                                                     const train::TrainerOptions& topts, bool talk) {
+  if (o.sharding.mode == "none") return nullptr;
+  PARE_CHECK_OPTION(teacher.graph.nodes.size() > 0, "teacher_parallel", o.sharding.mode, " shards a teacher that "
+                    "runs; ", o.teachers[0], " is a cache of its outputs");
+  std::string why;
+  const auto mode = o.sharding.resolve(teacher.graph, &why);
+  if (talk && o.sharding.mode == "auto")
+    std::fprintf(stderr, "--teacher-parallel auto: %s, because %s\n", dist::teacher_parallel_name(mode), why.c_str());
+  if (mode == dist::TeacherParallel::kNone) return nullptr;
+  PARE_CHECK_OPTION(topts.process_group_ != nullptr, "teacher_parallel", o.sharding.mode, " needs more than one "
+                    "process: start the job with pare launch --nproc-per-node N -- pare ...");
+  auto sharded = std::make_shared<dist::ShardedModel>(teacher.graph, mode, topts.process_group_->new_group("teacher"),
+                                                      o.sharding.stage_limit(), mode == dist::TeacherParallel::kTensor);
+  if (talk) std::fprintf(stderr, "%s", sharded->report().to_text().c_str());
+  return sharded;
 }
 
 // Token-level distillation of a language model on text: windows of --seq-len tokens, --loss over
@@ -140,12 +163,10 @@ void distill_lm(DistillOpts& o) {
   PARE_CHECK(o.hints.empty() && o.attentions.empty() && o.loss.mse_weight_ == 0 && o.loss.cosine_weight_ == 0,
              "--hint, --attention, --mse and --cosine apply to classifiers; a language model takes --loss");
   PARE_CHECK(run.normalize.empty() && run.augment.empty(), "--normalize and --augment apply to images, not to text");
-  PARE_CHECK(o.sharding.mode == "none", "--teacher-parallel ", o.sharding.mode,
-             " is not implemented for language-model teachers yet (issue 39)");
   PARE_CHECK(lm::is_text_spec(run.data), "--data ", run.data, ": a language model distills on text:FILE or jsonl:FILE");
   train::TrainerOptions topts = run.start();
   distill::LmDistillOptions lopts;
-  const lm::LmModel teacher = lm_teacher(o.teachers[0], lopts.cache);
+  lm::LmModel teacher = lm_teacher(o.teachers[0], lopts.cache);
   lopts.divergence = distill::TokenDivergence::parse(o.divergence);
   lopts.temperature = o.temperature_given ? o.loss.temperature_ : lopts.cache ? lopts.cache->temperature : 1.0;
   lopts.alpha = o.alpha_given ? o.loss.alpha_ : 0.5;
@@ -175,31 +196,36 @@ void distill_lm(DistillOpts& o) {
     lopts.student_windows = lm::student_windows(m, prompt, sampling);
   }
   topts.eval_batch_size_ = lm_eval_batch_size(topts.batch_size_, seq, m.config.vocab);
+  lopts.sharded = shard_lm_teacher(o, teacher, topts, talk);
   core::Module student(m.graph);
-  core::Module tmod(teacher.graph, core::Module::Use::kFrozen);
-  if (lopts.chunk_tokens != 0) {
+  std::unique_ptr<core::Module> tmod;
+  if (lopts.sharded)
+    teacher.graph = core::Graph{};  // each rank keeps its shard, not the whole teacher
+  else if (!lopts.cache)
+    tmod = std::make_unique<core::Module>(teacher.graph, core::Module::Use::kFrozen);
+  if (lopts.chunk_tokens != 0 || lopts.sharded) {
     const auto [sh, sw] = lm::head_of(m.graph, "the student " + o.student);
     lopts.student_head = {sh, sw};
-    if (!lopts.cache) {
+    if (!lopts.cache && !lopts.sharded) {
       const auto [th, tw] = lm::head_of(teacher.graph, "teacher " + o.teachers[0]);
       lopts.teacher_head = {th, tw};
     }
   }
+  const std::string logits =
+      lopts.sharded ? (lopts.sharded->report().mode == "tp" ? "over the teacher's vocabulary blocks" : "whole logits")
+      : lopts.chunk_tokens != 0 ? "vocabulary in chunks of " + std::to_string(lopts.chunk_for(m.config.vocab)) + " tokens"
+                                : "whole logits";
   if (talk)
     std::fprintf(stderr, "distilling %s (%lld parameters) from %s (%s) on %lld windows of %lld tokens: --loss %s "
                  "T=%g alpha=%g, %s\n", o.student.c_str(), (long long)student.parameter_count(), o.teachers[0].c_str(),
                  lopts.cache ? (std::to_string(lopts.cache->entries) + " tokens a row").c_str()
                              : (std::to_string(teacher.config.parameter_count()) + " parameters").c_str(),
                  (long long)train.size(), (long long)seq, lopts.divergence.str().c_str(), lopts.temperature,
-                 lopts.alpha,
-                 lopts.chunk_tokens != 0
-                     ? ("vocabulary in chunks of " + std::to_string(lopts.chunk_for(m.config.vocab)) + " tokens").c_str()
-                     : "whole logits");
-  const auto history = distill::distill_lm(student, lopts.cache ? nullptr : &tmod, lopts, topts, train,
-                                           run.no_val ? nullptr : &val);
+                 lopts.alpha, logits.c_str());
+  const auto history = distill::distill_lm(student, tmod.get(), lopts, topts, train, run.no_val ? nullptr : &val);
   double teacher_loss = -1;
-  if (!run.no_val && topts.is_writer() && !lopts.cache)
-    teacher_loss = train::evaluate([&](const at::Tensor& x) { return tmod.forward({x})[0]; }, val,
+  if (!run.no_val && topts.is_writer() && !lopts.cache && !lopts.sharded)
+    teacher_loss = train::evaluate([&](const at::Tensor& x) { return tmod->forward({x})[0]; }, val,
                                    topts.eval_batch_size_, "teacher " + o.teachers[0]).loss;
   if (!topts.is_writer()) return;  // rank 0 writes the model and reports
   m.graph = student.to_graph();

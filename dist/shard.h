@@ -64,12 +64,17 @@ struct Shard {
   core::Graph graph;
   ShardReport report;
   std::vector<int64_t> output_sizes;  ///< the whole graph's first output at batch 1
+  /// With split_output: the block of the first output's last axis this rank's output holds
+  /// [split_begin, split_begin + split_len); split_len -1: the output is whole.
+  int64_t split_begin = 0, split_len = -1;
 };
 
 /// The tensor-parallel shard that `rank` of `ranks` runs: the graph with this rank's slices of the
-/// weights and AllReduce/AllGather nodes where values must be made whole; its outputs are whole.
+/// weights and AllReduce/AllGather nodes where values must be made whole; its outputs are whole,
+/// except, with `split_output`, a first output split along its last axis (a language model's
+/// logits by vocabulary), which stays this rank's block (Shard::split_begin/split_len).
 /// Throws InputError for a malformed graph or a graph without exactly one input.
-Shard shard_tensor_parallel(const core::Graph& g, int rank, int ranks);
+Shard shard_tensor_parallel(const core::Graph& g, int rank, int ranks, bool split_output = false);
 
 /// Pipeline stage `rank` of `ranks`: the nodes of that stage with the weights they read; its
 /// inputs are the values that cross into it (the graph input for stage 0), its outputs those that
@@ -84,14 +89,29 @@ class ProcessGroup;
 /// every rank calls it with its own batch (sizes may differ), the same number of times.
 class ShardedModel {
  public:
-  /// `mode` is kTensor or kPipeline (`max_stage_bytes`: see pipeline_stage). Throws InputError for
-  /// another mode, a graph without exactly one input, or stages that cannot meet the limit.
+  /// `mode` is kTensor or kPipeline (`max_stage_bytes`: see pipeline_stage; `split_output`: see
+  /// shard_tensor_parallel, tensor parallel only). Throws InputError for another mode, a graph
+  /// without exactly one input, or stages that cannot meet the limit.
   ShardedModel(const core::Graph& g, TeacherParallel mode, std::shared_ptr<ProcessGroup> pg,
-               int64_t max_stage_bytes = 0);
+               int64_t max_stage_bytes = 0, bool split_output = false);
   ~ShardedModel();
 
-  /// The first graph output for the rows of `x` (CPU tensors), computed without grad.
+  /// The first graph output for the rows of `x` (CPU tensors), computed without grad. Throws
+  /// InternalError when the output was left split (split()).
   at::Tensor forward(const at::Tensor& x);
+
+  /// Tensor parallel with split_output: the output for every rank's rows (rank order), as this
+  /// rank's block of its last axis.
+  struct Split {
+    at::Tensor y;               ///< [all ranks' rows, ..., block]
+    std::vector<int64_t> rows;  ///< rows per rank
+    int64_t begin = 0;          ///< the block's first index on the last axis
+  };
+  /// Collective as forward(), without grad. When the pass could not keep the output split
+  /// (split_len -1), `y` is whole and `begin` 0.
+  Split forward_split(const at::Tensor& x);
+  /// The group the model's collectives run on.
+  ProcessGroup& group() const;
   const ShardReport& report() const;
   /// This rank's graph (its shard or stage).
   const core::Graph& shard() const;

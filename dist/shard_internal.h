@@ -33,7 +33,7 @@ int64_t prod(const std::vector<int64_t>& s, size_t from, size_t to);
 core::Graph prepare(const core::Graph& g);
 
 /// shard_tensor_parallel; with `copy` false this rank's slices are views (for the report alone).
-Shard tensor_parallel(const core::Graph& g, int rank, int ranks, bool copy);
+Shard tensor_parallel(const core::Graph& g, int rank, int ranks, bool copy, bool split_output = false);
 
 /// Sends `t` (any dtype and shape, rank <= 8) to `dst` as a header (dtype, rank, sizes), then the
 /// data. The tensors sent are kept in `keep` until the group's wait().

@@ -28,16 +28,16 @@ struct ShardedModel::Impl {
   std::unique_ptr<core::Module> module;
   std::vector<std::string> stage_inputs;
 
-  at::Tensor forward_tp(const at::Tensor& x) {
-    // All ranks run the shard on every rank's rows; batches may differ in size.
+  // All ranks run the shard on every rank's rows (rank order); batches may differ in size.
+  ShardedModel::Split run_all_rows(const at::Tensor& x) {
     const int ranks = pg->size();
     auto sizes = pg->all_gather(at::tensor({x.size(0)}, at::kLong));
-    int64_t most = 0, offset = 0, total = 0;
+    ShardedModel::Split out;
+    int64_t most = 0, total = 0;
     for (int r = 0; r < ranks; ++r) {
-      const int64_t s = sizes[r].item<int64_t>();
-      most = std::max(most, s);
-      if (r < pg->rank()) offset += s;
-      total += s;
+      out.rows.push_back(sizes[r].item<int64_t>());
+      most = std::max(most, out.rows.back());
+      total += out.rows.back();
     }
     at::Tensor padded = x.contiguous();
     if (x.size(0) < most) {
@@ -47,12 +47,20 @@ struct ShardedModel::Impl {
     }
     auto parts = pg->all_gather(padded);
     std::vector<at::Tensor> rows;
-    for (int r = 0; r < ranks; ++r) rows.push_back(parts[r].narrow(0, 0, sizes[r].item<int64_t>()));
-    at::Tensor all = at::cat(rows);
-    at::Tensor y = module->forward({all})[0];
-    PARE_CHECK(y.dim() >= 1 && y.size(0) == total, "the sharded model's output has ", y.sizes(),
+    for (int r = 0; r < ranks; ++r) rows.push_back(parts[r].narrow(0, 0, out.rows[r]));
+    out.y = module->forward({at::cat(rows)})[0];
+    PARE_CHECK(out.y.dim() >= 1 && out.y.size(0) == total, "the sharded model's output has ", out.y.sizes(),
                " rows for ", total, " inputs");
-    return y.narrow(0, offset, x.size(0)).clone();
+    out.begin = shard.split_len < 0 ? 0 : shard.split_begin;
+    return out;
+  }
+
+  at::Tensor forward_tp(const at::Tensor& x) {
+    PARE_ASSERT(shard.split_len < 0, "ShardedModel::forward on a model whose output is left split: forward_split");
+    ShardedModel::Split all = run_all_rows(x);
+    int64_t offset = 0;
+    for (int r = 0; r < pg->rank(); ++r) offset += all.rows[r];
+    return all.y.narrow(0, offset, x.size(0)).clone();
   }
 
   at::Tensor forward_pp(const at::Tensor& x) {
@@ -93,14 +101,15 @@ struct ShardedModel::Impl {
 };
 
 ShardedModel::ShardedModel(const Graph& g, TeacherParallel mode, std::shared_ptr<ProcessGroup> pg,
-                           int64_t max_stage_bytes)
+                           int64_t max_stage_bytes, bool split_output)
     : impl_(std::make_unique<Impl>()) {
   PARE_CHECK(mode == TeacherParallel::kTensor || mode == TeacherParallel::kPipeline,
              "a sharded model runs tensor or pipeline parallel, not '", teacher_parallel_name(mode), "'");
   PARE_ASSERT(pg != nullptr, "a sharded model needs a process group");
   impl_->mode = mode;
   impl_->pg = pg;
-  impl_->shard = mode == TeacherParallel::kTensor ? shard_tensor_parallel(g, pg->rank(), pg->size())
+  PARE_ASSERT(!split_output || mode == TeacherParallel::kTensor, "only a tensor-parallel output is left split");
+  impl_->shard = mode == TeacherParallel::kTensor ? shard_tensor_parallel(g, pg->rank(), pg->size(), split_output)
                                                   : pipeline_stage(g, pg->rank(), pg->size(), max_stage_bytes);
   for (auto& in : impl_->shard.graph.inputs) impl_->stage_inputs.push_back(in.name);
   PARE_CHECK(!impl_->shard.output_sizes.empty(), "model '", g.name, "': its first output has no batch dimension");
@@ -126,6 +135,14 @@ at::Tensor ShardedModel::forward(const at::Tensor& x) {
   at::NoGradGuard no_grad;
   return impl_->mode == TeacherParallel::kTensor ? impl_->forward_tp(x) : impl_->forward_pp(x);
 }
+
+ShardedModel::Split ShardedModel::forward_split(const at::Tensor& x) {
+  PARE_ASSERT(impl_->mode == TeacherParallel::kTensor, "forward_split runs a tensor-parallel model");
+  at::NoGradGuard no_grad;
+  return impl_->run_all_rows(x);
+}
+
+ProcessGroup& ShardedModel::group() const { return *impl_->pg; }
 
 const ShardReport& ShardedModel::report() const { return impl_->shard.report; }
 const Graph& ShardedModel::shard() const { return impl_->shard.graph; }

@@ -15,8 +15,8 @@ using core::Graph;
 using core::Node;
 
 TensorParallelPass::TensorParallelPass(const Graph& g, const std::map<std::string, std::vector<int64_t>>& shapes,
-                                       int rank, int ranks, bool copy)
-    : g_(g), rank_(rank), n_(ranks), copy_(copy), shapes_(shapes) {
+                                       int rank, int ranks, bool copy, bool split_output)
+    : g_(g), rank_(rank), n_(ranks), copy_(copy), split_output_(split_output), shapes_(shapes) {
   flops_ = core::node_flops(g_, shapes_);
   for (auto& in : g_.inputs) taken_.insert(in.name);
   for (auto& [k, t] : g_.initializers) taken_.insert(k);
@@ -37,8 +37,13 @@ Shard TensorParallelPass::run() {
     const Node& n = g_.nodes[i];
     reg.get(n.op_type).facet<ShardFacet>(kShardFacet).shard(n, *this);
   }
+  Shard s;
   for (auto& o : g_.outputs) {
-    emit(Node{"Identity", "", {whole(o.name)}, {o.name}, {}, ""});
+    const TpLayout l = layout(o.name);
+    const bool keep = split_output_ && out_.outputs.empty() && l.kind == TpLayout::kSplit &&
+                      l.axis == static_cast<int64_t>(shapes_.at(o.name).size()) - 1;
+    if (keep) s.split_begin = rank_ * block(l.full), s.split_len = block(l.full);
+    emit(Node{"Identity", "", {keep ? local(o.name) : whole(o.name)}, {o.name}, {}, ""});
     out_.outputs.push_back(o);
   }
   // Keep the initializers the shard reads.
@@ -47,7 +52,6 @@ Shard TensorParallelPass::run() {
   core::remove_unused_initializers(out_);
   out_.verify();
 
-  Shard s;
   s.report.mode = "tp";
   s.report.ranks = n_;
   s.report.collectives = collectives_;
@@ -163,11 +167,11 @@ void TensorParallelPass::replicate(const Node& n, const std::string& why) {
   emit_as(n, ins, TpLayout{});
 }
 
-Shard tensor_parallel(const Graph& g, int rank, int ranks, bool copy) {
+Shard tensor_parallel(const Graph& g, int rank, int ranks, bool copy, bool split_output) {
   PARE_ASSERT(ranks >= 1 && rank >= 0 && rank < ranks, "bad rank ", rank, " of ", ranks);
   const Graph prepared = prepare(g);
   const auto shapes = core::probe_shapes(prepared, 1);
-  Shard s = TensorParallelPass(prepared, shapes, rank, ranks, copy).run();
+  Shard s = TensorParallelPass(prepared, shapes, rank, ranks, copy, split_output).run();
   s.output_sizes = shapes.at(prepared.outputs[0].name);
   s.report.params = g.parameter_count();
   s.report.bytes = g.initializer_bytes();
@@ -176,7 +180,8 @@ Shard tensor_parallel(const Graph& g, int rank, int ranks, bool copy) {
   const int64_t my_flops = s.report.rank_flops.at(0);
   s.report.rank_flops.clear();
   for (int r = 0; r < ranks; ++r) {
-    const Shard other = r == rank ? Shard{} : TensorParallelPass(prepared, shapes, r, ranks, /*copy=*/false).run();
+    const Shard other =
+        r == rank ? Shard{} : TensorParallelPass(prepared, shapes, r, ranks, /*copy=*/false, split_output).run();
     const Graph& shard = r == rank ? s.graph : other.graph;
     s.report.rank_params.push_back(shard.parameter_count());
     s.report.rank_bytes.push_back(shard.initializer_bytes());
@@ -189,8 +194,8 @@ Shard tensor_parallel(const Graph& g, int rank, int ranks, bool copy) {
 
 namespace pare::dist {
 
-Shard shard_tensor_parallel(const core::Graph& g, int rank, int ranks) {
-  return detail::tensor_parallel(g, rank, ranks, true);
+Shard shard_tensor_parallel(const core::Graph& g, int rank, int ranks, bool split_output) {
+  return detail::tensor_parallel(g, rank, ranks, true, split_output);
 }
 
 }  // namespace pare::dist

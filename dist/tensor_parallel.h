@@ -51,9 +51,10 @@ class TensorParallelPass {
  public:
   /// `g`: prepare()d, `shapes`: its values' sizes at batch 1 (one probe serves every rank's pass).
   /// `copy`: this rank's slices are copied out of the whole weights (false: views, enough to count
-  /// another rank's share for the report without holding it).
+  /// another rank's share for the report without holding it). `split_output`: a first output split
+  /// along its last axis is left split (see shard_tensor_parallel).
   TensorParallelPass(const core::Graph& g, const std::map<std::string, std::vector<int64_t>>& shapes, int rank,
-                     int ranks, bool copy);
+                     int ranks, bool copy, bool split_output = false);
   Shard run();
 
   // ---- for sharding rules -------------------------------------------------------------------
@@ -97,7 +98,7 @@ class TensorParallelPass {
 
   const core::Graph& g_;
   int rank_, n_;
-  bool copy_;
+  bool copy_, split_output_;
   const std::map<std::string, std::vector<int64_t>>& shapes_;
   core::Graph out_;
   std::set<std::string> taken_, is_output_;

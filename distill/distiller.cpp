@@ -9,7 +9,9 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "dist/shard.h"
 #include "distill/teacher_cache.h"
+#include "distill/vocab_parallel.h"
 
 namespace pare::distill {
 
@@ -98,6 +100,77 @@ void check_cache(const engine::LmTeacherCacheFile& c, const LmDistillOptions& op
              "skl:ALPHA or topk:K, or a top-k cache");
 }
 
+// The loss of one batch: the teacher (run, sharded or cached) and the student on the batch's windows.
+at::Tensor batch_loss(core::Module& m, core::Module* teacher, const LmDistillOptions& opts, const core::Batch& b,
+                      double alpha, train::StepOutput& out) {
+  const auto& d = opts.divergence;
+  const double temp = opts.temperature;
+  const bool chunked = opts.chunk_tokens != 0;
+  auto student_head = [&] { return m.forward_until({b.x}, {opts.student_head.hidden, opts.student_head.weight}); };
+  if (opts.sharded) {
+    if (opts.sharded->report().mode == "tp") {  // the teacher's vocabulary block for every rank's tokens
+      auto part = opts.sharded->forward_split(b.x);
+      auto s = student_head();
+      return vocab_parallel_lm_kd_loss(s.at(opts.student_head.hidden), s.at(opts.student_head.weight),
+                                       {part.y, part.rows, part.begin}, b.y, d, temp, alpha, opts.sharded->group(),
+                                       &out.predictions);
+    }
+    const at::Tensor t = opts.sharded->forward(b.x);  // a pipeline's last stage sends each rank its logits
+    out.logits = m.forward({b.x})[0];
+    return lm_kd_loss(out.logits, t, b.y, d, temp, alpha);
+  }
+  if (opts.cache) {
+    auto [ids, lp] = opts.cache->teacher(b.rows);
+    const SparseTeacher sparse{ids.to(b.x.device()), lp.to(b.x.device())};
+    if (!chunked) {
+      out.logits = m.forward({b.x})[0];
+      return lm_kd_loss(out.logits, sparse, b.y, d, temp, alpha);
+    }
+    auto s = student_head();
+    return chunked_lm_kd_loss(s.at(opts.student_head.hidden), s.at(opts.student_head.weight), sparse, b.y, d, temp,
+                              alpha, opts.chunk_tokens, &out.predictions);
+  }
+  if (!chunked) {
+    at::Tensor t;
+    {
+      at::NoGradGuard no_grad;
+      t = teacher->forward({b.x})[0];
+    }
+    out.logits = m.forward({b.x})[0];
+    return lm_kd_loss(out.logits, t, b.y, d, temp, alpha);
+  }
+  std::unordered_map<std::string, at::Tensor> th;
+  {
+    at::NoGradGuard no_grad;
+    th = teacher->forward_until({b.x}, {opts.teacher_head.hidden, opts.teacher_head.weight});
+  }
+  auto s = student_head();
+  return chunked_lm_kd_loss(s.at(opts.student_head.hidden), s.at(opts.student_head.weight),
+                            th.at(opts.teacher_head.hidden), th.at(opts.teacher_head.weight), b.y, d, temp, alpha,
+                            opts.chunk_tokens, &out.predictions);
+}
+
+// The vocabulary, checked the same for both, from one window: the logits' widths, or the heads'.
+int64_t check_vocabularies(core::Module& student, core::Module* teacher, const LmDistillOptions& opts,
+                        const core::TensorDataset& train, const at::Device& device) {
+  at::NoGradGuard no_grad;
+  const bool chunked = opts.chunk_tokens != 0 || opts.sharded;
+  const at::Tensor x = train.x.narrow(0, 0, 1).narrow(1, 0, std::min<int64_t>(2, train.x.size(1))).to(device);
+  auto width = [&](core::Module& m, const LmHead& head, const char* who) {
+    if (!chunked) return m.forward({x})[0].size(-1);
+    PARE_CHECK(!head.hidden.empty() && !head.weight.empty(), "the ", who, "'s LM head is not known: the chunked "
+               "and the vocabulary-parallel loss need it (or distill with chunk_tokens 0)");
+    return m.forward_until({x}, {head.weight}).at(head.weight).size(-1);
+  };
+  const int64_t vs = width(student, opts.student_head, "student");
+  const int64_t vt = teacher  ? width(*teacher, opts.teacher_head, "teacher")
+                     : opts.cache ? opts.cache->vocab
+                                  : opts.sharded->output_sizes().back();
+  PARE_CHECK(vs == vt, "the student's vocabulary has ", vs, " tokens and the teacher's ", vt,
+             ": token-level distillation needs the same vocabulary");
+  return vs;
+}
+
 }  // namespace
 
 std::vector<train::EpochStats> distill_lm(core::Module& student, core::Module* teacher, const LmDistillOptions& options,
@@ -106,39 +179,27 @@ std::vector<train::EpochStats> distill_lm(core::Module& student, core::Module* t
   PARE_CHECK(train.size() > 0, "the training set '", train.name, "' is empty");
   PARE_CHECK_OPTION(options.chunk_tokens >= 0 || options.chunk_tokens == LmDistillOptions::kAutoChunk, "chunk_tokens",
                     "must be >= 0 (or auto), got ", options.chunk_tokens);
-  PARE_CHECK((teacher != nullptr) != (options.cache != nullptr), "distill_lm takes a teacher or a cache, not ",
-             teacher ? "both" : "neither");
+  PARE_CHECK((teacher != nullptr) + (options.cache != nullptr) + (options.sharded != nullptr) == 1,
+             "distill_lm takes one teacher: run, cached or sharded");
   PARE_CHECK_OPTION(options.on_policy >= 0 && options.on_policy <= 1, "on_policy", "must lie in [0, 1], got ",
                     options.on_policy);
   PARE_CHECK_OPTION(options.on_policy == 0 || (options.student_windows && !options.cache), "on_policy",
                     options.cache ? "needs a teacher that scores the student's own tokens, not a cache of its outputs "
                                     "on the text"
                                   : "needs the student's generation (student_windows)");
+  if (options.sharded && options.sharded->report().mode == "tp")
+    PARE_CHECK_OPTION(options.divergence.kind != TokenDivergence::Kind::kTopK, "loss", options.divergence.str(),
+                      " keeps the teacher's most likely tokens over the whole vocabulary, which a tensor-parallel "
+                      "teacher never gathers: use fkl, rkl, jsd:BETA or skl:ALPHA");
   LmDistillOptions opts = options;
   const at::Device device = trainer_opts.device_;
   student.to(device);
   if (teacher) teacher->to(device);
   if (opts.cache) check_cache(*opts.cache, opts, train);
-  const bool chunked = opts.chunk_tokens != 0;
-  // The vocabularies, from one window: the logits' widths, or the heads'.
-  {
-    at::NoGradGuard no_grad;
-    const at::Tensor x = train.x.narrow(0, 0, 1).narrow(1, 0, std::min<int64_t>(2, train.x.size(1))).to(device);
-    auto width = [&](core::Module& m, const LmHead& head, const char* who) {
-      if (!chunked) return m.forward({x})[0].size(-1);
-      PARE_CHECK(!head.hidden.empty() && !head.weight.empty(), "the ", who, "'s LM head is not known: the chunked "
-                 "loss needs it (or distill with chunk_tokens 0)");
-      return m.forward_until({x}, {head.weight}).at(head.weight).size(-1);
-    };
-    const int64_t vs = width(student, opts.student_head, "student");
-    const int64_t vt = teacher ? width(*teacher, opts.teacher_head, "teacher") : opts.cache->vocab;
-    PARE_CHECK(vs == vt, "the student's vocabulary has ", vs, " tokens and the teacher's ", vt,
-               ": token-level distillation needs the same vocabulary");
-    opts.chunk_tokens = opts.chunk_for(vs);
-  }
+  opts.chunk_tokens = opts.chunk_for(check_vocabularies(student, teacher, opts, train, device));
   train::Trainer trainer(student, trainer_opts);
   auto batches = std::make_shared<int64_t>(0);  // for on-policy's share
-  trainer.set_loss([teacher, opts, chunked, batches](core::Module& m, const core::Batch& data) {
+  trainer.set_loss([teacher, opts, batches](core::Module& m, const core::Batch& data) {
     train::StepOutput out;
     const double i = static_cast<double>((*batches)++);
     const bool own = std::floor((i + 1) * opts.on_policy) > std::floor(i * opts.on_policy);
@@ -148,39 +209,9 @@ std::vector<train::EpochStats> distill_lm(core::Module& student, core::Module* t
       std::tie(generated.x, generated.y) = opts.student_windows(m, data.x);
       out.targets = generated.y;
     }
-    const core::Batch& b = own ? generated : data;
     // On the student's own tokens the divergence alone (as GKD): their next-token loss would teach
     // the student its own samples.
-    const double alpha = own ? 1.0 : opts.alpha;
-    SparseTeacher sparse;
-    at::Tensor t;
-    std::unordered_map<std::string, at::Tensor> th;
-    {
-      at::NoGradGuard no_grad;
-      if (opts.cache) {
-        auto [ids, lp] = opts.cache->teacher(b.rows);
-        sparse = {ids.to(b.x.device()), lp.to(b.x.device())};
-      } else if (!chunked) {
-        t = teacher->forward({b.x})[0];
-      } else {
-        th = teacher->forward_until({b.x}, {opts.teacher_head.hidden, opts.teacher_head.weight});
-      }
-    }
-    const auto& d = opts.divergence;
-    if (!chunked) {
-      out.logits = m.forward({b.x})[0];
-      out.loss = opts.cache ? lm_kd_loss(out.logits, sparse, b.y, d, opts.temperature, alpha)
-                            : lm_kd_loss(out.logits, t, b.y, d, opts.temperature, alpha);
-      return out;
-    }
-    auto s = m.forward_until({b.x}, {opts.student_head.hidden, opts.student_head.weight});
-    const at::Tensor& sh = s.at(opts.student_head.hidden);
-    const at::Tensor& sw = s.at(opts.student_head.weight);
-    out.loss = opts.cache ? chunked_lm_kd_loss(sh, sw, sparse, b.y, d, opts.temperature, alpha,
-                                               opts.chunk_tokens, &out.predictions)
-                          : chunked_lm_kd_loss(sh, sw, th.at(opts.teacher_head.hidden),
-                                               th.at(opts.teacher_head.weight), b.y, d, opts.temperature, alpha,
-                                               opts.chunk_tokens, &out.predictions);
+    out.loss = batch_loss(m, teacher, opts, own ? generated : data, own ? 1.0 : opts.alpha, out);
     return out;
   });
   return trainer.fit(train, val);

@@ -17,6 +17,7 @@
 
 #include "core/data.h"
 #include "core/module.h"
+#include "dist/shard.h"
 #include "distill/losses.h"
 #include "distill/teacher.h"
 #include "engine/cache.h"
@@ -66,6 +67,12 @@ struct LmDistillOptions {
   /// the same text: its divergence is computed over the cached tokens' buckets (lm_kd_loss's sparse
   /// form). Set, distill_lm takes no teacher module.
   std::shared_ptr<const engine::LmTeacherCacheFile> cache;
+  /// The teacher sharded over the ranks (`--teacher-parallel`). Tensor parallel, built with
+  /// split_output, each rank holds its vocabulary block of the teacher's logits for every rank's
+  /// tokens and the loss is vocab_parallel_lm_kd_loss (no logits gathered; the student's heads
+  /// are needed, topk:K refused); pipeline parallel, each rank gets its tokens' whole logits and the
+  /// loss is lm_kd_loss on the whole logits (not chunked). Set, distill_lm takes no teacher module.
+  std::shared_ptr<dist::ShardedModel> sharded;
   /// On-policy distillation (GKD, Agarwal et al. 2024): in a share `on_policy` of the batches,
   /// spread evenly (batch i when floor((i + 1) share) > floor(i share)), `student_windows` replaces
   /// the batch's windows and targets with the student's own continuations of their first tokens
@@ -77,7 +84,7 @@ struct LmDistillOptions {
 };
 
 /// Trains the language model `student` from `teacher` (a frozen Module of the same vocabulary, or
-/// null with opts.cache) on
+/// null with opts.cache or opts.sharded) on
 /// token windows (lm::token_windows: x [N, S] ids, y [N, S] next tokens, -100 for tokens that do not
 /// count), with lm_kd_loss or, chunked, chunked_lm_kd_loss. The teacher runs once per batch without
 /// gradients, only as far as its last hidden state when chunked. Accuracy counts next tokens; the

@@ -162,27 +162,9 @@ at::Tensor topk_kl_rows(const at::Tensor& ls, const at::Tensor& lt, int64_t k) {
 
 // The divergence per row of logits already divided by T (student s, detached teacher t) [M, V] -> [M].
 at::Tensor divergence_rows(const at::Tensor& s, const at::Tensor& t, const TokenDivergence& d) {
-  using Kind = TokenDivergence::Kind;
   at::Tensor ls = at::log_softmax(s, -1), lt = at::log_softmax(t, -1);
-  switch (d.kind) {
-    case Kind::kForwardKL:
-      return kl_rows(lt, ls);
-    case Kind::kReverseKL:
-      return kl_rows(ls, lt);
-    case Kind::kJsd: {
-      if (d.weight == 0) return kl_rows(lt, ls);
-      if (d.weight == 1) return kl_rows(ls, lt);
-      at::Tensor lm = log_mixture(lt, d.weight, ls);
-      return d.weight * kl_rows(lt, lm) + (1 - d.weight) * kl_rows(ls, lm);
-    }
-    case Kind::kSkewKL:
-      if (d.weight == 0) return kl_rows(lt, ls);
-      if (d.weight == 1) return ls.sum(-1) * 0;  // m = p_t: nothing to learn
-      return kl_rows(lt, log_mixture(lt, d.weight, ls));
-    case Kind::kTopK:
-      return d.k >= s.size(-1) ? kl_rows(lt, ls) : topk_kl_rows(ls, lt, d.k);
-  }
-  throw InternalError("divergence_rows: unknown divergence kind");
+  if (d.kind == TokenDivergence::Kind::kTopK) return d.k >= s.size(-1) ? kl_rows(lt, ls) : topk_kl_rows(ls, lt, d.k);
+  return divergence_terms(ls, lt, d).sum(-1);
 }
 
 std::vector<int64_t> leading_shape(const at::Tensor& logits) {
@@ -196,6 +178,33 @@ void check_lm_logits(const char* loss, const at::Tensor& s, const at::Tensor& t)
 }
 
 }  // namespace
+
+at::Tensor divergence_terms(const at::Tensor& ls, const at::Tensor& lt, const TokenDivergence& d) {
+  using Kind = TokenDivergence::Kind;
+  // KL(A || B)'s terms per entry, as F.kl_div(log_b, log_a, 'none', log_target=True) makes them.
+  auto kl = [](const at::Tensor& log_a, const at::Tensor& log_b) {
+    return at::kl_div(log_b, log_a, at::Reduction::None, /*log_target=*/true);
+  };
+  switch (d.kind) {
+    case Kind::kForwardKL:
+      return kl(lt, ls);
+    case Kind::kReverseKL:
+      return kl(ls, lt);
+    case Kind::kJsd: {
+      if (d.weight == 0) return kl(lt, ls);
+      if (d.weight == 1) return kl(ls, lt);
+      at::Tensor lm = log_mixture(lt, d.weight, ls);
+      return d.weight * kl(lt, lm) + (1 - d.weight) * kl(ls, lm);
+    }
+    case Kind::kSkewKL:
+      if (d.weight == 0) return kl(lt, ls);
+      if (d.weight == 1) return ls * 0;  // m = p_t: nothing to learn
+      return kl(lt, log_mixture(lt, d.weight, ls));
+    case Kind::kTopK:
+      break;
+  }
+  throw InternalError("divergence_terms: topk:K is not a sum of terms per token (it picks the teacher's top K)");
+}
 
 TokenDivergence TokenDivergence::parse(const std::string& spec) {
   const size_t colon = spec.find(':');

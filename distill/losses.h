@@ -72,6 +72,13 @@ struct TokenDivergence {
   std::string str() const;
 };
 
+/// The divergence's terms per vocabulary entry from log-probabilities at T (student `ls`, detached
+/// teacher `lt`, [..., V] or any block of the vocabulary of both): summed over the whole
+/// vocabulary they give the divergence per token. For the vocabulary-parallel loss, where each
+/// rank holds a block. Every kind but topk:K (InternalError): its K tokens are chosen over the whole
+/// vocabulary.
+at::Tensor divergence_terms(const at::Tensor& ls, const at::Tensor& lt, const TokenDivergence& divergence);
+
 /// The mean over counted tokens of the divergence per token (summed over the vocabulary), without a
 /// T*T factor: equals TRL's generalized_jsd_loss(s, t, labels, beta, T, 'batchmean') for jsd (and
 /// fkl, rkl as its beta = 0 and 1). Logits are [..., V], student and teacher of the same shape (any

@@ -10,6 +10,18 @@
 
 namespace pare::distill {
 
+dist::TeacherParallel TeacherPlacement::resolve(const core::Graph& g, std::string* why) const {
+  const auto chosen = dist::parse_teacher_parallel(mode, "teacher_parallel");
+  if (chosen != dist::TeacherParallel::kAuto) return chosen;
+  const dist::World world = dist::World::from_env();
+  const int64_t memory = memory_mb > 0 ? static_cast<int64_t>(memory_mb * 1e6)
+                                       : static_cast<int64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGE_SIZE) /
+                                             std::max(1, world.local_world_size);
+  auto choice = dist::choose_teacher_parallel(g, world, memory);
+  if (why) *why = choice.why;
+  return choice.mode;
+}
+
 PlacedTeacher TeacherPlacement::place(const std::vector<std::string>& specs, const std::vector<double>& weights,
                                       uint64_t seed, const std::shared_ptr<dist::ProcessGroup>& pg) const {
   auto chosen = dist::parse_teacher_parallel(mode, "teacher_parallel");
@@ -29,13 +41,9 @@ PlacedTeacher TeacherPlacement::place(const std::vector<std::string>& specs, con
   const std::string& spec = specs[0];
   core::Graph g = engine::load_graph(spec, seed);
   if (chosen == dist::TeacherParallel::kAuto) {
-    const dist::World world = dist::World::from_env();
-    const int64_t memory = memory_mb > 0 ? static_cast<int64_t>(memory_mb * 1e6)
-                                         : static_cast<int64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGE_SIZE) /
-                                               std::max(1, world.local_world_size);
-    auto choice = dist::choose_teacher_parallel(g, world, memory);
-    placed.auto_choice = std::string(dist::teacher_parallel_name(choice.mode)) + ", because " + choice.why;
-    chosen = choice.mode;
+    std::string why;
+    chosen = resolve(g, &why);
+    placed.auto_choice = std::string(dist::teacher_parallel_name(chosen)) + ", because " + why;
     if (chosen == dist::TeacherParallel::kNone) {
       placed.teacher = std::make_unique<engine::TorchEngine>(std::move(g), spec);
       return placed;
@@ -43,10 +51,7 @@ PlacedTeacher TeacherPlacement::place(const std::vector<std::string>& specs, con
   }
   PARE_CHECK_OPTION(pg != nullptr, "teacher_parallel", mode, " needs more than one process: "
                     "start the job with pare launch --nproc-per-node N -- pare ...");
-  // With --teacher-memory a pipeline stage's weights take at most half of it (the rest is for
-  // activations), as auto assumes.
-  const int64_t stage_limit = memory_mb > 0 ? static_cast<int64_t>(memory_mb * 1e6 / 2) : 0;
-  auto teacher = std::make_unique<engine::ShardedEngine>(g, spec, chosen, pg->new_group("teacher"), stage_limit);
+  auto teacher = std::make_unique<engine::ShardedEngine>(g, spec, chosen, pg->new_group("teacher"), stage_limit());
   placed.shard_report = teacher->report().to_text();
   placed.teacher = std::move(teacher);
   return placed;

@@ -29,6 +29,14 @@ struct TeacherPlacement {
   std::string engine = "torch"; ///< teacher_engine: torch or rt
   double memory_mb = 0;         ///< teacher_memory: memory per process for auto (0: RAM / local ranks)
 
+  /// The mode for a teacher of graph `g` in this world: `mode`, with auto resolved from the
+  /// teacher's size, the memory and the world (its reason in `why`). Throws InputError for an
+  /// unknown mode.
+  dist::TeacherParallel resolve(const core::Graph& g, std::string* why) const;
+  /// teacher_memory's limit on a pipeline stage's weight bytes: half of it (the rest is for
+  /// activations, as auto assumes); 0 without it.
+  int64_t stage_limit() const { return memory_mb > 0 ? static_cast<int64_t>(memory_mb * 1e6 / 2) : 0; }
+
   /// The teacher of `specs` (an ensemble of several), sharded over `pg`'s ranks when the mode asks
   /// for it (collective then: every rank calls it). Throws InputError when the teachers cannot be
   /// sharded or `pg` is null (one process).

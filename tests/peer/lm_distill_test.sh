@@ -10,7 +10,9 @@
 #     to the teacher;
 #   - the chunked loss (--chunk-tokens 32, 8 chunks a batch) and the whole logits (--chunk-tokens 0)
 #     train the same student: the same loss after 10 steps within 1e-5 relative, and so do 2 ranks
-#     under pare launch (data parallel) and 1 process;
+#     under pare launch (data parallel) and 1 process, and 2 ranks beside a teacher sharded over them
+#     (--teacher-parallel tp, the loss over its vocabulary blocks, and pp); topk:K beside a tp teacher,
+#     tp in one process and a sharded cache exit 2;
 #   - a new student from a spec takes the teacher's tokenizer; one with another tokenizer, a --hint, an
 #     unknown --loss and a layer the teacher lacks exit 2, naming the problem, writing nothing;
 #   - pare teacher-cache of the teacher (top 64 tokens a row): distilling from it follows the online
@@ -92,21 +94,37 @@ print(f"train loss after 10 steps: whole logits {a:.8f}, chunks of 32 tokens {b:
 sys.exit(0 if abs(a - b) <= 1e-5 * abs(a) else 1)
 PYEOF
 
-# Data parallel under pare launch: 2 ranks train the student as 1 does (the same loss after 10 steps).
-for n in 1 2; do
-  "$PARE" launch --nproc-per-node $n -- "$PARE" distill "${kd[@]}" --student from-teacher:layers=0 --max-steps 10 \
-    --no-val --threads 1 --lr 2e-3 --json --out "$tmp/ddp$n" >"$tmp/ddp$n.txt"
+# Data parallel under pare launch: 2 ranks train the student as 1 does (the same loss after 10 steps),
+# and so they do beside a teacher sharded over them: tensor parallel (the KD loss over its vocabulary
+# blocks, no logits gathered) and pipeline parallel (jsd:0.5 at T=2, alpha 0.7, to take every term).
+ddp=("${kd[@]}" --student from-teacher:layers=0 --max-steps 10 --no-val --threads 1 --lr 2e-3 --json)
+for run in 1:none 2:none 2:tp 2:pp 2:none:jsd 2:tp:jsd 2:pp:jsd; do
+  IFS=: read -r n mode loss <<<"$run"
+  extra=()
+  [[ -n $loss ]] && extra=(--loss jsd:0.5 -T 2 --alpha 0.7)
+  "$PARE" launch --nproc-per-node "$n" -- "$PARE" distill "${ddp[@]}" "${extra[@]}" --teacher-parallel "$mode" \
+    --out "$tmp/ddp" >"$tmp/ddp-$n-$mode$loss.txt"
 done
 "$PY" - "$tmp" <<'PYEOF'
 import json, sys
 d = sys.argv[1]
-def loss(n):
-    line = [l for l in open(f"{d}/ddp{n}.txt") if "{" in l][-1]
+def loss(run):
+    line = [l for l in open(f"{d}/ddp-{run}.txt") if "{" in l][-1]
     return json.loads(line[line.index("{"):])["train_loss"]
-a, b = loss(1), loss(2)
-print(f"train loss after 10 steps: 1 process {a:.8f}, 2 ranks (pare launch) {b:.8f}")
-sys.exit(0 if abs(a - b) <= 1e-5 * abs(a) else 1)
+ok = True
+for run, ref in (("2-none", "1-none"), ("2-tp", "2-none"), ("2-pp", "2-none"), ("2-tpjsd", "2-nonejsd"),
+                 ("2-ppjsd", "2-nonejsd")):
+    a, b = loss(ref), loss(run)
+    print(f"train loss after 10 steps: {ref} {a:.8f}, {run} {b:.8f}")
+    ok &= abs(a - b) <= 1e-5 * abs(a)
+sys.exit(0 if ok else 1)
 PYEOF
+rc=0
+"$PARE" launch --nproc-per-node 2 -- "$PARE" distill "${ddp[@]}" --teacher-parallel tp --loss topk:8 \
+  --out "$tmp/bad" 2>"$tmp/err.txt" || rc=$?
+[[ $rc == 2 ]] && grep -q "whole vocabulary" "$tmp/err.txt" && [[ ! -e "$tmp/bad" ]] ||
+  { echo "FAIL: topk:8 beside a tensor-parallel teacher: exit $rc: $(cat "$tmp/err.txt")"; exit 1; }
+echo "ok: topk:8 beside a tensor-parallel teacher refused"
 
 # A new student from a spec: the teacher's tokenizer and vocabulary, written with the folder.
 "$PARE" distill "${kd[@]}" --student llama:layers=1,dim=32,heads=2,kv-heads=1,ff=64,ctx=128 --max-steps 5 --no-val \
@@ -127,6 +145,7 @@ refuse "another tokenizer" "different tokenizers (900 and 1000 tokens" \
 refuse "a hint" "a language model takes --loss" "${kd[@]}" --student from-teacher:layers=0 --hint a:b
 refuse "an unknown loss" "unknown divergence 'kld'" "${kd[@]}" --student from-teacher:layers=0 --loss kld
 refuse "a layer the teacher lacks" "it has no layer 3" "${kd[@]}" --student from-teacher:layers=0,3
+refuse "a sharded teacher in one process" "needs more than one process" "${ddp[@]}" --teacher-parallel tp
 # A teacher cache: the teacher's top 64 tokens a row, then the student distilled from it as from the
 # teacher online with --loss topk:64 (the cache's log-probabilities are 8-bit: within 1%).
 "$PARE" teacher-cache --teacher "hf:$tmp/teacher" --data "text:$text" --seq-len 64 --json -q --out "$tmp/tc" \
@@ -136,6 +155,7 @@ refuse "a layer the teacher lacks" "it has no layer 3" "${kd[@]}" --student from
 "$PARE" teacher-cache --teacher "hf:$tmp/teacher" --data "text:$text" --seq-len 64 --sample 32 -q --out "$tmp/sampled"
 steps=("${data[@]}" --student "hf:$tmp/init" --alpha 1 --max-steps 10 --no-val --lr 2e-3 --json -q)
 "$PARE" distill --teacher "cache:$tmp/tc" --loss fkl "${steps[@]}" --out "$tmp/from-cache" >"$tmp/cache.json"
+refuse "a cache sharded" "shards a teacher that runs" --teacher "cache:$tmp/tc" "${steps[@]}" --teacher-parallel tp
 "$PARE" distill --teacher "hf:$tmp/teacher" --loss topk:64 "${steps[@]}" --out "$tmp/from-hf" >"$tmp/hf.json"
 "$PARE" distill --teacher "cache:$tmp/sampled" "${data[@]}" --student "hf:$tmp/init" --max-steps 5 --no-val -q \
   --out "$tmp/from-sampled"
