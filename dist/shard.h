@@ -12,7 +12,9 @@
 // act per channel (activations, BatchNorm, pooling, broadcasting arithmetic, softmax and norms over
 // another axis, Transpose, Reshape and Flatten that keep the split contiguous) keep a split, so
 // attention splits by heads. Anything else gets its inputs made whole first: an AllReduce for a
-// partial sum, an AllGather for a split (com.microsoft ops, run through the RunContext). Norms and
+// partial sum, an AllGather for a split (com.microsoft ops, run through the RunContext). The
+// embedding of the graph's input ids is split by rows (each rank looks up its block, the partial
+// sums are added), a tied head's transposed table sharing that block; norms and position
 // embeddings stay whole on every rank. The ranks run the shard on the rows of all ranks' batches
 // together and each keeps its own rows.
 //

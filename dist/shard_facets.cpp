@@ -295,6 +295,34 @@ void tp_attention(const Node& n, Pass& p) {
   p.emit_as(n, ins, p.split_layout(axis, p.full_shape(n.outputs[0])[axis]), attrs);
 }
 
+// Gather of the graph's input ids from an embedding table [rows, D], split by rows (Megatron's
+// vocabulary-parallel embedding): each rank looks the ids up in its block, zeros the others' rows,
+// and the ranks' partial sums add up to the lookup. A tied LM head then reads the same block
+// (split() names one slice once), so no rank holds the whole table. Tables indexed by computed
+// values (positions) stay whole: small, and an all-reduce each.
+void tp_gather(const Node& n, Pass& p) {
+  const bool table = p.is_init(n, 0) && n.attr_int("axis", 0) == 0 && p.init(n, 0).dim() == 2 &&
+                     p.init(n, 0).is_floating_point() && p.init(n, 0).size(0) % p.ranks() == 0 &&
+                     n.has_input(1) && p.graph().find_input(n.inputs[1]) != nullptr;
+  if (!table) return tp_default(n, p);
+  const at::Tensor& t = p.init(n, 0);
+  const int64_t len = p.block(t.size(0));
+  const std::string base = n.outputs[0] + "/vocab";
+  auto constant = [&](const char* what, const at::Tensor& v) { return p.add_initializer(base + "/" + what, v); };
+  const std::string ids = p.add_node("Cast", base + "/ids", {p.whole(n.inputs[1])}, {{"to", int64_t{7}}});  // int64
+  const std::string zero = constant("zero", at::zeros({}, at::kLong));
+  const std::string local = p.add_node("Sub", base + "/local", {ids, constant("begin", at::tensor(p.rank() * len))});
+  const std::string here = p.add_node(
+      "And", base + "/here",
+      {p.add_node("GreaterOrEqual", base + "/from", {local, zero}),
+       p.add_node("Less", base + "/below", {local, constant("len", at::tensor(len))})});
+  const std::string safe = p.add_node("Where", base + "/safe", {here, local, zero});
+  const std::string rows = p.add_node("Gather", base + "/rows", {p.split_init(n, 0, 0), safe});
+  const std::string mask = p.add_node("Unsqueeze", base + "/mask", {here, constant("axes", at::tensor({int64_t{-1}}))});
+  Node masked{"Where", n.name, {}, n.outputs, {}, ""};
+  p.emit_as(masked, {mask, rows, constant("none", at::zeros({}, t.options()))}, TpLayout{TpLayout::kPartial});
+}
+
 // Conv and Gemm follow their weight when it is a constant; otherwise they run whole.
 ShardFn with_constant_weight(void (*rule)(const Node&, Pass&)) {
   return [rule](const Node& n, Pass& p) { p.is_init(n, 1) ? rule(n, p) : tp_default(n, p); };
@@ -309,7 +337,7 @@ void attach_shard_facets(core::OpDef& op) {
       {"Softmax", when_split(tp_softmax)}, {"LogSoftmax", when_split(tp_softmax)},
       {"LayerNormalization", when_split(tp_layer_norm)}, {"RMSNormalization", when_split(tp_layer_norm)},
       {"Flatten", when_split(tp_flatten)}, {"RotaryEmbedding", when_split(tp_rotary)}, {"Attention", tp_attention},
-      {"Reshape", when_split(tp_reshape)}};
+      {"Reshape", when_split(tp_reshape)}, {"Gather", tp_gather}};
   const core::OpTraits& t = op.traits;
   ShardFn rule = tp_default;
   if (auto it = by_name.find(op.name); it != by_name.end()) rule = it->second;

@@ -2,6 +2,9 @@
 // following how each value is laid out over the ranks (see dist/shard.h). Each node is emitted by
 // its op's sharding rule, the "dist.shard" facet (dist/shard_facets.cpp).
 #include <numeric>
+#include <set>
+#include <tuple>
+#include <utility>
 
 #include "core/error.h"
 #include "core/summary.h"
@@ -114,8 +117,9 @@ std::string TensorParallelPass::split(const std::string& v, int64_t axis, int64_
   const int64_t len = block(full), start = rank_ * len;
   std::string name = fresh(v + "/rank" + std::to_string(rank_));
   if (g_.is_initializer(v)) {
+    const std::string twin = transposed_twin_block(v, axis);
     at::Tensor slice = g_.initializers.at(v).narrow(axis, start, len);
-    out_.initializers[name] = copy_ ? slice.clone() : slice;
+    out_.initializers[name] = !twin.empty() ? out_.initializers.at(twin).t() : copy_ ? slice.clone() : slice;
   } else {
     auto constant = [&](const char* what, int64_t value) {
       std::string c = fresh(name + "/" + what);
@@ -128,10 +132,32 @@ std::string TensorParallelPass::split(const std::string& v, int64_t axis, int64_
   return split_[key] = name;
 }
 
+std::string TensorParallelPass::transposed_twin_block(const std::string& v, int64_t axis) const {
+  const at::Tensor& t = g_.initializers.at(v);
+  if (t.dim() != 2 || !t.has_storage()) return "";
+  for (auto& [u, w] : g_.initializers) {
+    const bool twin = u != v && w.dim() == 2 && w.has_storage() && w.storage().data() == t.storage().data() &&
+                      w.storage_offset() == t.storage_offset() && w.size(0) == t.size(1) && w.size(1) == t.size(0) &&
+                      w.stride(0) == t.stride(1) && w.stride(1) == t.stride(0);
+    if (!twin) continue;
+    auto it = split_.find(u + "#" + std::to_string(1 - axis));
+    if (it != split_.end()) return it->second;
+  }
+  return "";
+}
+
 std::string TensorParallelPass::add_initializer(const std::string& base, at::Tensor t) {
   std::string name = fresh(base);
   out_.initializers[name] = std::move(t);
   return name;
+}
+
+std::string TensorParallelPass::add_node(const std::string& op, const std::string& base,
+                                         std::vector<std::string> inputs,
+                                         std::map<std::string, core::AttrValue> attrs) {
+  std::string out = fresh(base);
+  emit(Node{op, "", std::move(inputs), {out}, std::move(attrs), ""});
+  return out;
 }
 
 void TensorParallelPass::emit_as(const Node& n, std::vector<std::string> inputs, TpLayout out,
@@ -167,6 +193,26 @@ void TensorParallelPass::replicate(const Node& n, const std::string& why) {
   emit_as(n, ins, TpLayout{});
 }
 
+namespace {
+
+// A shard's floating parameters and weight bytes, each block of memory once: a tied head's
+// transposed view of the embedding's block is that block (another rank's shard is counted from
+// views of the whole weights, where Graph::parameter_count finds no whole tensor to tie them to).
+std::pair<int64_t, int64_t> held(const Graph& g) {
+  std::set<std::tuple<const void*, int64_t, int64_t>> seen;
+  int64_t params = 0, bytes = 0;
+  for (auto& [k, t] : g.initializers) {
+    if (!seen.insert({t.has_storage() ? t.storage().data() : nullptr, t.storage_offset(), t.numel()}).second &&
+        t.has_storage())
+      continue;
+    if (at::isFloatingType(t.scalar_type())) params += t.numel();
+    bytes += t.numel() * static_cast<int64_t>(t.element_size());
+  }
+  return {params, bytes};
+}
+
+}  // namespace
+
 Shard tensor_parallel(const Graph& g, int rank, int ranks, bool copy, bool split_output) {
   PARE_ASSERT(ranks >= 1 && rank >= 0 && rank < ranks, "bad rank ", rank, " of ", ranks);
   const Graph prepared = prepare(g);
@@ -183,8 +229,9 @@ Shard tensor_parallel(const Graph& g, int rank, int ranks, bool copy, bool split
     const Shard other =
         r == rank ? Shard{} : TensorParallelPass(prepared, shapes, r, ranks, /*copy=*/false, split_output).run();
     const Graph& shard = r == rank ? s.graph : other.graph;
-    s.report.rank_params.push_back(shard.parameter_count());
-    s.report.rank_bytes.push_back(shard.initializer_bytes());
+    const auto [params, bytes] = held(shard);
+    s.report.rank_params.push_back(params);
+    s.report.rank_bytes.push_back(bytes);
     s.report.rank_flops.push_back(r == rank ? my_flops : other.report.rank_flops.at(0));
   }
   return s;

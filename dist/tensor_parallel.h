@@ -84,6 +84,10 @@ class TensorParallelPass {
   }
   /// Adds an initializer to the shard under a fresh name derived from `base`; returns the name.
   std::string add_initializer(const std::string& base, at::Tensor t);
+  /// Emits a node of `op` (default domain) reading `inputs` as they are named in the shard, with a
+  /// fresh output derived from `base`; returns the output's name. For rules that add steps.
+  std::string add_node(const std::string& op, const std::string& base, std::vector<std::string> inputs,
+                       std::map<std::string, core::AttrValue> attrs = {});
   /// Emits `n` with new inputs; its outputs get `out` (output 0) and whole (the others).
   void emit_as(const core::Node& n, std::vector<std::string> inputs, TpLayout out,
                std::map<std::string, core::AttrValue> attrs = {});
@@ -95,6 +99,10 @@ class TensorParallelPass {
  private:
   std::string fresh(const std::string& base);
   void emit(core::Node n);
+  /// The block already made of the initializer that `v` is the transpose of (a tied LM head
+  /// [hidden, vocab] reading the embedding [vocab, hidden]), for `v`'s block along `axis`: its
+  /// transposed view then shares that block's memory. "" when there is none.
+  std::string transposed_twin_block(const std::string& v, int64_t axis) const;
 
   const core::Graph& g_;
   int rank_, n_;

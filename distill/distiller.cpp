@@ -112,8 +112,8 @@ at::Tensor batch_loss(core::Module& m, core::Module* teacher, const LmDistillOpt
       auto part = opts.sharded->forward_split(b.x);
       auto s = student_head();
       return vocab_parallel_lm_kd_loss(s.at(opts.student_head.hidden), s.at(opts.student_head.weight),
-                                       {part.y, part.rows, part.begin}, b.y, d, temp, alpha, opts.sharded->group(),
-                                       &out.predictions);
+                                       {part.y, part.rows, part.begin}, b.y, d, temp, alpha, opts.chunk_tokens,
+                                       opts.sharded->group(), &out.predictions);
     }
     const at::Tensor t = opts.sharded->forward(b.x);  // a pipeline's last stage sends each rank its logits
     out.logits = m.forward({b.x})[0];

@@ -2,6 +2,7 @@
 #include "distill/vocab_parallel.h"
 
 #include <ATen/core/grad_mode.h>
+#include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
@@ -114,15 +115,91 @@ void check_block(const at::Tensor& hidden, const at::Tensor& head, const Teacher
              "] of a vocabulary of ", head.size(1), " from ", t.begin, ". However, it has shape ", t.logits.sizes());
 }
 
+// What a step's chunks share besides the tensors the autograd node takes.
+struct Blocks {
+  const at::Tensor* teacher;  // [counted tokens, len]: the teacher's block
+  const at::Tensor* labels;   // [counted tokens]: the next tokens' ids
+  const at::Tensor* mine;     // [counted tokens]: 1 / n for this rank's n tokens, else 0
+  int64_t begin, chunk;
+  const TokenDivergence* divergence;
+  double temperature, alpha;
+  dist::ProcessGroup* pg;
+  at::Tensor* predictions;  // [counted tokens]: the student's argmax, or null
+};
+
+// This rank's loss on counted tokens [from, to), whose student block is s [to - from, len].
+at::Tensor chunk_loss(const at::Tensor& s, const Blocks& a, int64_t from, int64_t to) {
+  dist::ProcessGroup& pg = *a.pg;
+  const double temp = a.temperature;
+  const at::Tensor mine = a.mine->slice(0, from, to);
+  at::Tensor st = s / temp;
+  const at::Tensor log_z = log_normalizer(st, pg);
+  at::Tensor total = at::zeros({}, s.options());
+  if (a.alpha != 0) {
+    at::Tensor tt = a.teacher->slice(0, from, to) / temp;
+    at::Tensor lt = tt - log_normalizer(tt, pg).unsqueeze(1);
+    at::Tensor div = AllReduceSum::apply(divergence_terms(st - log_z.unsqueeze(1), lt, *a.divergence).sum(-1), &pg);
+    total = total + a.alpha * temp * temp * (div * mine).sum();
+  }
+  if (a.alpha != 1) {  // the next-token cross entropy: log Z - the label's logit, which one block holds
+    const int64_t len = s.size(1);
+    at::Tensor log_z1 = temp == 1 ? log_z : log_normalizer(s, pg);
+    at::Tensor local = a.labels->slice(0, from, to) - a.begin;
+    at::Tensor here = (local >= 0) & (local < len);
+    at::Tensor label_logit = s.gather(1, local.clamp(0, len - 1).unsqueeze(1)).squeeze(1) * here.to(at::kFloat);
+    total = total + (1 - a.alpha) * ((log_z1 - AllReduceSum::apply(label_logit, &pg)) * mine).sum();
+  }
+  return total;
+}
+
+// As ChunkedLmKd (losses.cpp): the forward walks chunks of the counted tokens of every rank (the
+// same chunks on every rank, so that their collectives line up), making the loss and, while each
+// chunk's block of logits exists, the gradients of the hidden states and of the head's block (of
+// the sum of the ranks' losses: the all-reduces' backward adds them); backward scales them.
+struct VocabChunks : torch::autograd::Function<VocabChunks> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& head, const Blocks& a) {
+    const int64_t tokens = hidden.size(0), len = a.teacher->size(1);
+    const bool grads = hidden.requires_grad() || head.requires_grad();
+    const at::Tensor h = hidden.detach(), w = head.detach().to(at::kFloat).narrow(1, a.begin, len);
+    at::Tensor grad_h = grads ? at::zeros_like(h) : at::Tensor();
+    at::Tensor grad_w = grads ? at::zeros(head.sizes(), w.options()) : at::Tensor();
+    at::Tensor total = at::zeros({}, h.options());
+    for (int64_t from = 0; from < tokens; from += a.chunk) {
+      const int64_t to = std::min(tokens, from + a.chunk);
+      at::AutoGradMode grad_mode(grads);
+      at::Tensor hc = h.slice(0, from, to), wc = w;
+      if (grads) hc = hc.detach().requires_grad_(), wc = w.detach().requires_grad_();
+      const at::Tensor s = at::matmul(hc, wc);
+      if (a.predictions) a.predictions->slice(0, from, to).copy_(argmax_over_blocks(s, a.begin, *a.pg));
+      const at::Tensor loss = chunk_loss(s, a, from, to);
+      if (grads) {
+        const auto g = torch::autograd::grad({loss}, {hc, wc});
+        grad_h.slice(0, from, to).copy_(g[0]);
+        grad_w.narrow(1, a.begin, len).add_(g[1]);
+      }
+      total += loss.detach();
+    }
+    if (grads) ctx->save_for_backward({grad_h, grad_w.to(head.scalar_type())});
+    return total;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grad) {
+    const auto saved = ctx->get_saved_variables();
+    return {saved[0] * grad[0], saved[1] * grad[0], at::Tensor()};
+  }
+};
+
 }  // namespace
 
 at::Tensor vocab_parallel_lm_kd_loss(const at::Tensor& hidden, const at::Tensor& head, const TeacherBlock& teacher,
                                      const at::Tensor& labels, const TokenDivergence& d, double temperature,
-                                     double alpha, dist::ProcessGroup& pg, at::Tensor* predictions) {
+                                     double alpha, int64_t chunk_tokens, dist::ProcessGroup& pg,
+                                     at::Tensor* predictions) {
   PARE_CHECK(d.kind != TokenDivergence::Kind::kTopK, "--loss ", d.str(), " keeps the teacher's ", d.k, " most likely "
              "tokens over the whole vocabulary, which a vocabulary-parallel teacher never gathers: use fkl, rkl, "
              "jsd:BETA or skl:ALPHA with --teacher-parallel tp");
   check_block(hidden, head, teacher, labels, temperature, alpha, pg);
+  PARE_CHECK(chunk_tokens >= 0, "vocab_parallel_lm_kd_loss requires chunks of at least 1 token (or 0: one). However, "
+             "it got ", chunk_tokens);
   const int64_t dim = hidden.size(-1), len = teacher.logits.size(-1), vocab = head.size(1);
   const int64_t per_row = hidden.numel() / std::max<int64_t>(1, hidden.size(0) * dim);  // tokens a row
   int64_t offset = 0;
@@ -131,11 +208,10 @@ at::Tensor vocab_parallel_lm_kd_loss(const at::Tensor& hidden, const at::Tensor&
   const Rows rows{&teacher.rows, &pg};
   at::Tensor h = GatherRows::apply(hidden.to(at::kFloat), rows).reshape({-1, dim});
   at::Tensor y = GatherRows::apply(labels.to(at::kLong), rows).reshape({-1});
-  at::Tensor s_all = at::matmul(h, head.to(at::kFloat).narrow(1, teacher.begin, len));  // [every token, len]
-  if (predictions)
-    *predictions = argmax_over_blocks(s_all, teacher.begin, pg).narrow(0, offset, own).view(labels.sizes());
   at::Tensor counted = (y != -100).nonzero().squeeze(1);
-  if (counted.numel() == 0) return s_all.sum() * 0;  // every rank sees the same labels
+  at::Tensor picked = predictions ? at::full({counted.numel()}, -1, y.options()) : at::Tensor();
+  if (predictions) *predictions = at::full(labels.sizes(), -1, y.options());
+  if (counted.numel() == 0) return (h.sum() + head.sum()) * 0;  // every rank sees the same labels
   at::Tensor kept = y.index_select(0, counted);
   const int64_t lo = kept.min().item<int64_t>(), hi = kept.max().item<int64_t>();
   PARE_CHECK(lo >= 0 && hi < vocab, "vocab_parallel_lm_kd_loss requires labels in [0, ", vocab,
@@ -143,25 +219,15 @@ at::Tensor vocab_parallel_lm_kd_loss(const at::Tensor& hidden, const at::Tensor&
   // Each rank's loss is the mean over its own counted tokens.
   at::Tensor mine = ((counted >= offset) & (counted < offset + own)).to(at::kFloat);
   mine = mine / std::max(1.0, mine.sum().item<double>());
-  at::Tensor s = s_all.index_select(0, counted);
-  at::Tensor t = teacher.logits.detach().to(at::kFloat).reshape({-1, len}).index_select(0, counted);
-  at::Tensor st = s / temperature, tt = t / temperature;
-  const at::Tensor log_z = log_normalizer(st, pg);
-  at::Tensor ls = st - log_z.unsqueeze(1);
-  at::Tensor total = at::zeros({}, s.options());
-  if (alpha != 0) {
-    at::Tensor lt = tt - log_normalizer(tt, pg).unsqueeze(1);
-    at::Tensor div = AllReduceSum::apply(divergence_terms(ls, lt, d).sum(-1), &pg);
-    total = total + alpha * temperature * temperature * (div * mine).sum();
+  const at::Tensor t = teacher.logits.detach().to(at::kFloat).reshape({-1, len}).index_select(0, counted);
+  const Blocks a{&t, &kept, &mine, teacher.begin, chunk_tokens > 0 ? chunk_tokens : counted.numel(), &d, temperature,
+                 alpha, &pg, predictions ? &picked : nullptr};
+  at::Tensor loss = VocabChunks::apply(h.index_select(0, counted), head, a);
+  if (predictions) {
+    at::Tensor all = at::full({y.size(0)}, -1, y.options()).index_copy_(0, counted, picked);
+    *predictions = all.narrow(0, offset, own).view(labels.sizes());
   }
-  if (alpha != 1) {  // the next-token cross entropy: log Z - the label's logit, which one block holds
-    at::Tensor log_z1 = temperature == 1 ? log_z : log_normalizer(s, pg);
-    at::Tensor local = kept - teacher.begin;
-    at::Tensor here = (local >= 0) & (local < len);
-    at::Tensor label_logit = s.gather(1, local.clamp(0, len - 1).unsqueeze(1)).squeeze(1) * here.to(at::kFloat);
-    total = total + (1 - alpha) * ((log_z1 - AllReduceSum::apply(label_logit, &pg)) * mine).sum();
-  }
-  return total;
+  return loss;
 }
 
 }  // namespace pare::distill

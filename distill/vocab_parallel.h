@@ -8,7 +8,7 @@
 //
 //   auto part = sharded.forward_split(x);                          // dist::ShardedModel, split_output
 //   at::Tensor loss = vocab_parallel_lm_kd_loss(hidden, head, {part.y, part.rows, part.begin},
-//                                               labels, fkl, 1.0, 0.5, sharded.group());
+//                                               labels, fkl, 1.0, 0.5, 512, sharded.group());
 #pragma once
 
 #include <ATen/ATen.h>
@@ -31,7 +31,9 @@ struct TeacherBlock {
   int64_t begin = 0;          ///< the block's first token id
 };
 
-/// This rank's share of lm_kd_loss (its own rows' mean) computed over vocabulary blocks: `hidden`
+/// This rank's share of lm_kd_loss (its own rows' mean) computed over vocabulary blocks, in chunks of
+/// `chunk_tokens` of all ranks' counted tokens (0: one chunk) as chunked_lm_kd_loss does, so that
+/// no more than one chunk's block of logits exists at once: `hidden`
 /// [rows, ..., D] is the student's last hidden state for this rank's rows, `head` [D, V] its whole
 /// LM head, `labels` [rows, ...] its next tokens (-100 not counted). Collective over `pg` (every
 /// rank calls it, in the same order; its backward runs collectives too), whose ranks hold the
@@ -42,6 +44,7 @@ struct TeacherBlock {
 /// whole vocabulary), shapes that do not fit together, and what lm_kd_loss throws.
 at::Tensor vocab_parallel_lm_kd_loss(const at::Tensor& hidden, const at::Tensor& head, const TeacherBlock& teacher,
                                      const at::Tensor& labels, const TokenDivergence& divergence, double temperature,
-                                     double alpha, dist::ProcessGroup& pg, at::Tensor* predictions = nullptr);
+                                     double alpha, int64_t chunk_tokens, dist::ProcessGroup& pg,
+                                     at::Tensor* predictions = nullptr);
 
 }  // namespace pare::distill

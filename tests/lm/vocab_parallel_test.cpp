@@ -49,6 +49,7 @@ TEST(VocabParallel, LossAndGradientsEqualTheWholeLogits) {
   for (const char* spec : {"fkl", "rkl", "jsd:0.5", "skl:0.1"})
     for (double temperature : {1.0, 2.0})
       for (double alpha : {0.0, 0.6, 1.0}) {
+        const int64_t chunk = alpha == 0.6 ? 4 : 0;  // 4: both ranks' 12 counted tokens in 3 chunks
         SCOPED_TRACE(std::string(spec) + " T=" + std::to_string(temperature) + " alpha=" + std::to_string(alpha));
         const auto d = distill::TokenDivergence::parse(spec);
         // The reference: each rank's lm_kd_loss on the whole logits, and the gradients of their sum.
@@ -67,13 +68,16 @@ TEST(VocabParallel, LossAndGradientsEqualTheWholeLogits) {
           at::Tensor wr = head.clone().requires_grad_(), hr = hidden[r].clone().requires_grad_();
           at::Tensor pred;
           at::Tensor loss = distill::vocab_parallel_lm_kd_loss(
-              hr, wr, {teacher.narrow(2, begin, block), kRows, begin}, labels(r), d, temperature, alpha, *pg, &pred);
+              hr, wr, {teacher.narrow(2, begin, block), kRows, begin}, labels(r), d, temperature, alpha, chunk, *pg,
+              &pred);
           loss.backward();
           EXPECT_NEAR(loss.item<double>(), ref_loss[r].item<double>(), 1e-5);
           EXPECT_TRUE(at::allclose(hr.grad(), h[r].grad(), 1e-4, 1e-6)) << (hr.grad() - h[r].grad()).abs().max();
           EXPECT_TRUE(at::allclose(wr.grad().narrow(1, begin, block), w.grad().narrow(1, begin, block), 1e-4, 1e-6));
           EXPECT_EQ(wr.grad().narrow(1, r == 0 ? block : 0, block).abs().max().item<double>(), 0);
-          EXPECT_TRUE(at::equal(pred, at::matmul(hidden[r], head).argmax(-1)));
+          const at::Tensor counted = labels(r) != -100;
+          const at::Tensor argmax = at::matmul(hidden[r], head).argmax(-1);
+          EXPECT_TRUE(at::equal(pred.masked_select(counted), argmax.masked_select(counted)));
         });
       }
 }
@@ -85,18 +89,19 @@ TEST(VocabParallel, TopKAndMismatchedBlocksAreRefused) {
     pare::testing::expect_input_error(
         [&] {
           distill::vocab_parallel_lm_kd_loss(h, head, {t, kRows, r * 6}, labels(r),
-                                             distill::TokenDivergence::parse("topk:4"), 1, 1, *pg);
+                                             distill::TokenDivergence::parse("topk:4"), 1, 1, 0, *pg);
         },
         {"topk:4", "whole vocabulary"});
     pare::testing::expect_input_error(
         [&] {
           distill::vocab_parallel_lm_kd_loss(h, head, {t, {1, 2}, r * 6}, labels(r), distill::TokenDivergence{}, 1,
-                                             1, *pg);
+                                             1, 0, *pg);
         },
         {"teacher's rows"});
     pare::testing::expect_input_error(
         [&] {
-          distill::vocab_parallel_lm_kd_loss(h, head, {t, kRows, 9}, labels(r), distill::TokenDivergence{}, 1, 1, *pg);
+          distill::vocab_parallel_lm_kd_loss(h, head, {t, kRows, 9}, labels(r), distill::TokenDivergence{}, 1, 1, 0,
+                                             *pg);
         },
         {"block"});
   });
@@ -104,11 +109,13 @@ TEST(VocabParallel, TopKAndMismatchedBlocksAreRefused) {
 
 // A tensor-parallel LM teacher keeps its logits split: each rank's block, for both ranks' windows,
 // is the whole teacher's, with no collective after the head (Llama: two all-reduces a layer,
-// attention and MLP). The head tied to the embedding (GPT-2) too.
+// attention and MLP, and one for the embedding). The head tied to the embedding too (GPT-2, and a
+// tied Llama, whose ranks then hold the table once, by blocks: about half of the weights each).
 TEST(VocabParallel, ATensorParallelTeacherGivesItsBlockOfTheWholeLogits) {
-  for (const char* family : {"llama", "gpt2"}) {
+  for (const char* family : {"llama", "llama-tied", "gpt2"}) {
     SCOPED_TRACE(family);
-    const lm::LmConfig c = lm::tiny_config(family);
+    lm::LmConfig c = lm::tiny_config(std::string(family) == "gpt2" ? "gpt2" : "llama");
+    c.tie_embeddings |= std::string(family) == "llama-tied";
     const lm::LmModel m = lm::make_model(c, lm::random_weights(c));
     auto gen = at::make_generator<at::CPUGeneratorImpl>(8);
     const at::Tensor x = at::randint(3, c.vocab, {3, 7}, gen, at::kLong);
@@ -123,10 +130,15 @@ TEST(VocabParallel, ATensorParallelTeacherGivesItsBlockOfTheWholeLogits) {
       const int64_t block = c.vocab / 2;
       EXPECT_EQ(part.begin, r * block);
       EXPECT_EQ(part.rows, (std::vector<int64_t>{2, 1}));
-      // GPT-2's fused QKV projection is split by columns that are not whole heads: the pass gathers
-      // it (two gathers more a layer).
-      EXPECT_EQ(t.report().collectives, (c.family->positions == lm::Positions::kLearned ? 4 : 2) * c.layers);
+      // One all-reduce of the embedding's partial sums (split by vocabulary as the head), then two a
+      // layer; GPT-2's fused QKV projection is split by columns that are not whole heads: the pass
+      // gathers it (two gathers more a layer).
+      EXPECT_EQ(t.report().collectives, 1 + (c.family->positions == lm::Positions::kLearned ? 4 : 2) * c.layers);
       EXPECT_NE(t.shard().nodes.back().inputs.at(0).find("/local"), std::string::npos);  // no gather at the end
+      if (std::string(family) == "llama-tied") {
+        EXPECT_LT(t.report().rank_params[r], t.report().params * 0.55);  // norms and RoPE tables whole
+        EXPECT_EQ(t.shard().parameter_count(), t.report().rank_params[r]);  // counted as it is held
+      }
       EXPECT_TRUE(at::allclose(part.y, whole.narrow(2, part.begin, block), 1e-5, 1e-5))
           << (part.y - whole.narrow(2, part.begin, block)).abs().max();
       EXPECT_THROW(t.forward(x), InternalError);
