@@ -4,7 +4,7 @@
 // pare quantize MODEL --dynamic [--per-tensor] --out model.int8.onnx
 // pare quantize MODEL --weight-only int4 [--group 32] --out model.int4.onnx
 // pare quantize LM --weight-only int4|int8 [--group 32] [--method gptq|awq|awq+gptq|rtn] --calib text:FILE
-//               [--calib-samples N] [--seq-len S] [--damp D] [--sequential] [--static-groups]
+//               [--calib-samples N] [--seq-len S] [--damp D] [--sequential] [--static-groups] [--grid q4_0|q4_k]
 //               --out FILE.gguf|DIR
 // pare quantize LM --calib text:FILE [--smoothquant ALPHA] [--method minmax|percentile|...] --out FILE.onnx  (W8A8)
 
@@ -34,7 +34,7 @@ namespace {
 
 struct QuantizeOpts {
   std::string model, calib, calib_split = "train", method = "minmax", activations = "uint8";
-  std::string normalize, out, report, weight_only;
+  std::string normalize, out, report, weight_only, grid = "q4_0";
   int64_t calib_samples = 512, batch_size = 256, group = 32, seq_len = 512;
   double damp = 0.01;
   bool sequential = false, static_groups = false;
@@ -205,7 +205,7 @@ void run_w8a8_lm(const QuantizeOpts& o) {
 }
 
 // A language model: RTN, GPTQ or AWQ of its linear weights calibrated on text (lm/weight_quant.h),
-// written as a GGUF file (group 32: the codes as Q4_0/Q8_0 blocks, unchanged) or a Hugging Face
+// written as a GGUF file (group 32: the codes as Q4_0/Q8_0/Q4_K blocks, unchanged) or a Hugging Face
 // folder; without --weight-only, W8A8.
 void run_quantize_lm(const QuantizeOpts& o) {
   PARE_CHECK(!o.qat && !o.dynamic, "--qat and --dynamic take ONNX models; a language model takes --weight-only "
@@ -229,6 +229,9 @@ void run_quantize_lm(const QuantizeOpts& o) {
   q.gptq.damp = o.damp;
   q.sequential = o.sequential;
   q.static_groups = o.static_groups;
+  PARE_CHECK(o.grid == "q4_0" || (q.bits == 4 && o.group == 32), "--grid q4_k is int4 in groups of 32 (--weight-only "
+             "int4 --group 32), not ", o.weight_only, " in groups of ", o.group);
+  q.q4_k = o.grid == "q4_k";
   const at::Tensor windows = lm_calibration(o, m);
   const lm::LmQuantResult r = lm::quantize_weights(m, windows, q, [&](int done, int total, const std::string& name) {
     if (!o.quiet) std::fprintf(stderr, "\r%s %d/%d %s   ", q.method.c_str(), done, total, name.c_str());
@@ -320,7 +323,8 @@ constexpr const char* kFooter =
     "A language model (hf:DIR, gguf:FILE): --weight-only int4|int8 quantizes the decoder layers' linear weights on "
     "ggml's Q4_0/Q8_0 grid per --group of input columns, by GPTQ (error feedback through the calibration "
     "inputs' Hessian), AWQ (input channels scaled by their mean |x|^alpha, the inverse folded into the norm or "
-    "linear before, then clipped RTN) or RTN; group 32 writes the codes into a GGUF file unchanged.\n"
+    "linear before, then clipped RTN) or RTN; group 32 writes the codes into a GGUF file unchanged (--grid q4_k: "
+    "on ggml's Q4_K grid, the file Q4_K).\n"
     "Example: pare quantize gguf:smollm2.gguf --weight-only int4 --method awq --calib text:fortunes.txt "
     "--out smollm2.q4_0.gguf\n"
     "Without --weight-only a language model goes W8A8 into an ONNX QDQ file: int8 weights per output channel, "
@@ -343,6 +347,12 @@ void add_lm_options(CLI::App* cmd, QuantizeOpts& o) {
                   "alpha in [0, 1] (0.5 in the paper): each linear layer's input channels divided by "
                   "max|x|^alpha / max|w|^(1-alpha), its weights' columns multiplied, before quantization")
       ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--grid", o.grid,
+                  "A language model's int4 at group 32: q4_0 (symmetric, Q4_0's blocks) or q4_k (asymmetric, ggml's "
+                  "Q4_K: 6-bit scales and mins per 32 in super-blocks of 256, fixed from the weights; Q4_0 for a "
+                  "weight whose input width is not whole super-blocks)")
+      ->check(CLI::IsMember({"q4_0", "q4_k"}))
+      ->capture_default_str();
   cmd->add_flag("--static-groups", o.static_groups,
                 "GPTQ: each group's scale fixed from the original weights before GPTQ starts, instead of from the "
                 "weights as GPTQ has updated them when it reaches the group");

@@ -7,6 +7,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <tuple>
+#include <vector>
 
 #include "core/error.h"
 #include "dist/world.h"

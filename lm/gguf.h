@@ -22,6 +22,8 @@
 #include <string_view>
 #include <vector>
 
+#include "quantize/gptq.h"
+
 namespace pare::lm {
 
 /// The most dimensions a ggml tensor has (GGML_MAX_DIMS).
@@ -59,6 +61,23 @@ int64_t ggml_block_bytes(uint32_t type);
 /// InputError naming `what` when the last dimension is not a multiple of the block or the type is
 /// not quantizable.
 std::string ggml_quantize(const at::Tensor& values, uint32_t type, const std::string& what);
+/// A matrix's blocks as its quantizer chose them (GPTQ's codes on a format's grid): written as they
+/// are, never rounded again.
+struct GgmlBlocks {
+  GgmlType type = GgmlType::kQ4_0;
+  std::string bytes;
+};
+
+/// Q4_K's grid for `w` [rows, cols] (cols a multiple of 256) as ggml's reference quantizer picks it
+/// from `w`: per group of 32 columns, scale d * sc and offset -(dmin * m) (fp16 super-block scales,
+/// 6-bit sub-block scales and mins), codes 0..15; grid_values computes d * sc * q - dmin * m as
+/// ggml's dequantizer does. Fixed from `w`: codes chosen on it (GPTQ's) pack with ggml_pack_q4_k.
+/// Throws InputError when cols is not a multiple of 256.
+quantize::Grid q4_k_grid(const at::Tensor& w);
+/// Q4_K blocks of codes on q4_k_grid(w): w's super-block headers (d, dmin, the 6-bit scales and
+/// mins), the codes as the 4-bit quants.
+std::string ggml_pack_q4_k(const at::Tensor& codes, const at::Tensor& w);
+
 /// The blocks of Q4_0 or Q8_0 from codes already chosen (GPTQ's on the format's grid): `codes` int
 /// [rows, cols] (Q4_0: 0..15 standing for (code - 8) * scale; Q8_0: -127..127 for code * scale) and
 /// `scales` float [rows, cols / 32], each exact in fp16. Nothing is rounded again.

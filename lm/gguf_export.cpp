@@ -218,14 +218,18 @@ GgufExportResult save_gguf(const LmModel& m, const std::string& path, const Gguf
     PARE_CHECK(!name.empty(), what, ": tensor '", hf, "' has no GGUF name");
     const at::Tensor t = gguf_layout(c, name, tensor);
     PARE_CHECK(at::isfinite(t).all().item<bool>(), what, ": tensor '", hf, "' holds values that are not finite");
-    const GgmlType tt = type_of(t, opts.type_);
-    if (tt != opts.type_ && t.dim() >= 2) ++r.fallbacks;
+    const auto given = opts.blocks_.find(hf);
+    const GgmlType tt = given != opts.blocks_.end() ? given->second.type : type_of(t, opts.type_);
+    if (tt != opts.type_ && t.dim() >= 2 && given == opts.blocks_.end()) ++r.fallbacks;
     const std::string qwhat = what + ": tensor '" + name + "' (" + hf + ", shape " + c10::str(t.sizes()) + ")";
-    auto given = opts.blocks_.find(hf);
     if (given != opts.blocks_.end()) {
-      PARE_CHECK(tt == opts.type_, qwhat, ": its given blocks are ", ggml_type_name(static_cast<uint32_t>(opts.type_)),
-                 ", which its rows do not fit");
-      w.add_tensor(name, t.sizes().vec(), static_cast<uint32_t>(tt), given_blocks(c, name, t, given->second));
+      const uint32_t gt = static_cast<uint32_t>(tt);
+      PARE_CHECK(t.dim() == 2 && ggml_block_size(gt) > 0 && t.size(1) % ggml_block_size(gt) == 0 &&
+                     static_cast<int64_t>(given->second.bytes.size()) ==
+                         t.numel() / ggml_block_size(gt) * ggml_block_bytes(gt),
+                 qwhat, ": its given ", ggml_type_name(gt), " blocks (", given->second.bytes.size(),
+                 " bytes) do not fit its rows");
+      w.add_tensor(name, t.sizes().vec(), gt, given_blocks(c, name, t, given->second.bytes));
       ++r.given;
     } else {
       w.add_tensor(name, t.sizes().vec(), static_cast<uint32_t>(tt), ggml_quantize(t, static_cast<uint32_t>(tt), qwhat));

@@ -35,15 +35,16 @@ struct GgufExportOptions {
   }
 
   /// Blocks already quantized (lm/weight_quant.h's, by Hugging Face name; rows = output channels,
-  /// in --type): written as they are, with only llama.cpp's q/k row order applied, not rounded again.
-  GgufExportOptions& blocks(const std::map<std::string, std::string>& v) {
+  /// each in its own type): written as they are, with only llama.cpp's q/k row order applied, not
+  /// rounded again.
+  GgufExportOptions& blocks(const std::map<std::string, GgmlBlocks>& v) {
     blocks_ = v;
     return *this;
   }
 
   GgmlType type_ = GgmlType::kF16;
   std::map<std::string, std::string> metadata_;
-  std::map<std::string, std::string> blocks_;
+  std::map<std::string, GgmlBlocks> blocks_;
 };
 
 /// What save_gguf wrote.

@@ -10,8 +10,9 @@
 // quantized; the embedding and the head stay as they are (a GGUF export rounds them to its type).
 // Weights that read the same input (q, k and v; gate and up) share one Hessian and one GPTQ pass.
 // The Hessians come from one pass of the unquantized model over the calibration windows. The grid
-// is ggml's Q4_0 (int4) or Q8_0 (int8) taken per group of --group columns, so at group 32 the codes
-// are the format's and `blocks` holds them for save_gguf: llama.cpp gets GPTQ's weights as they are.
+// is ggml's Q4_0 (int4) or Q8_0 (int8) taken per group of --group columns, or Q4_K's (q4_k), so at
+// group 32 the codes are the format's and `blocks` holds them for save_gguf: llama.cpp gets GPTQ's
+// weights as they are.
 // AWQ scales a group's input channels and folds the inverse into what makes the input (the norm
 // before q/k/v and before the MLP, up before SwiGLU's down, v before o without grouped KV heads):
 // the model keeps its function, its norms' weights change, and the scaled weights are rounded,
@@ -45,6 +46,10 @@ struct LmQuantOptions {
   /// GPTQ: every group's scale fixed from the original weights before GPTQ starts (AutoGPTQ's
   /// static_groups), instead of made from the weights as GPTQ has updated them when it reaches the group.
   bool static_groups = false;
+  /// int4 at group 32: ggml's Q4_K grid (6-bit scales and mins per 32 in super-blocks of 256, fixed
+  /// from the original weights as ggml's quantizer picks them; asymmetric) for each weight whose
+  /// input width is whole super-blocks, Q4_0's for the others; GPTQ's codes are then Q4_K's.
+  bool q4_k = false;
   quantize::GptqOptions gptq;
 };
 
@@ -64,9 +69,10 @@ struct LmQuantResult {
   int64_t calib_tokens = 0;
   double calib_seconds = 0, quant_seconds = 0;
   LmQuantOptions options;
-  /// Group 32: the ggml type (Q4_0, Q8_0) and each weight's blocks, rows = output channels.
+  /// Group 32: the file's ggml type (Q4_0, Q8_0, Q4_K) and each weight's blocks, rows = output
+  /// channels (with q4_k, Q4_0 for the weights whose rows are not whole super-blocks).
   GgmlType type = GgmlType::kF32;
-  std::map<std::string, std::string> blocks;
+  std::map<std::string, GgmlBlocks> blocks;
 };
 
 /// Quantizes `m`'s linear weights in place (the graph then holds the values the codes stand for),

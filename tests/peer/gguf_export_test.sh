@@ -16,6 +16,8 @@
 #   - GPTQ (`pare quantize --method gptq --out FILE.gguf`): the file's Q4_0 blocks dequantize to the
 #     values the same run writes as a folder, bit for bit (no second rounding); llama.cpp runs it as
 #     pare does; every layer's output SQNR on the calibration inputs is above round to nearest's.
+#   - GPTQ on Q4_K's grid (`--grid q4_k`): its Q4_K blocks dequantize to the folder's values, RTN on
+#     that grid writes ggml's own Q4_K blocks, llama.cpp runs the file, GPTQ's SQNR beats RTN's.
 #   - AWQ (`--method awq`): the same file checks (its folded norms included), and the output SQNR of
 #     each group of weights sharing an input (q/k/v, gate/up, o, down) not below round to nearest's
 #     (their mean), the mean over all layers above it.
@@ -131,6 +133,35 @@ PYEOF
        "$(held_out_ppl "hf:$tmp/gptq-hf"), sequential $(held_out_ppl "hf:$tmp/seq-hf"), AWQ $(held_out_ppl "hf:$tmp/awq-hf")"
 }
 check "GPTQ's and AWQ's layers reconstruct their outputs better than RTN's" gptq_sqnr
+
+# GPTQ on Q4_K's grid (--grid q4_k): the file's Q4_K blocks are GPTQ's codes under the super-block
+# scales and mins ggml's quantizer picks from the weights (round to nearest on that grid writes
+# ggml's own Q4_K blocks, byte for byte what `pare export --type q4_k` writes), llama.cpp runs it,
+# and every layer's output error is below round to nearest's on the same grid.
+check "pare quantize --method gptq --grid q4_k to GGUF" "$PARE" quantize "hf:$tmp/llama" "${gq[@]}" --grid q4_k \
+  --out "$tmp/gptq-k.gguf"
+check "pare quantize --method gptq --grid q4_k to a folder" "$PARE" quantize "hf:$tmp/llama" "${gq[@]}" --grid q4_k \
+  --out "$tmp/gptq-k-hf" --report "$tmp/gptq-k.json"
+check "pare quantize --method rtn --grid q4_k to GGUF" "$PARE" quantize "hf:$tmp/llama" "${gq[@]}" --grid q4_k \
+  --method rtn --out "$tmp/rtn-k.gguf" --report "$tmp/rtn-k.json"
+check "the GGUF holds GPTQ's Q4_K codes" "${peer[@]}" blocks "$tmp/gptq-k.gguf" "$tmp/gptq-k-hf"
+check "llama.cpp runs the GPTQ Q4_K file" compare "$tmp/gptq-k.gguf" q4_k-gptq
+q4_k_grid() {
+  "$PY" - "$tmp/rtn-k.gguf" "$tmp/llama.q4_k.gguf" "$tmp/rtn-k.json" "$tmp/gptq-k.json" <<'PYEOF'
+import json, sys, numpy as np, gguf
+rtn_file, export_file, rtn_json, gptq_json = sys.argv[1:]
+a = {t.name: t for t in gguf.GGUFReader(rtn_file).tensors}
+b = {t.name: t for t in gguf.GGUFReader(export_file).tensors}
+k = [n for n in a if a[n].tensor_type.name == "Q4_K"]
+differ = [n for n in k if not np.array_equal(np.asarray(a[n].data), np.asarray(b[n].data))]
+rtn, gptq = ({l["name"]: l["sqnr_db"] for l in json.load(open(f))["layers"]} for f in (rtn_json, gptq_json))
+worse = [n for n in rtn if gptq[n] <= rtn[n]]
+print(f"{len(k) - len(differ)} of {len(k)} Q4_K tensors of RTN on the grid equal pare export --type q4_k's; output "
+      f"SQNR mean RTN {sum(rtn.values()) / len(rtn):.2f} dB, GPTQ {sum(gptq.values()) / len(gptq):.2f} dB")
+sys.exit(1 if differ or worse or len(k) < 14 else 0)
+PYEOF
+}
+check "RTN on Q4_K's grid is ggml's Q4_K, and GPTQ beats it" q4_k_grid
 
 tokenizes() {  # FILE TEXT_FILE: llama.cpp's ids of the text equal pare's, from tokenizer.json or the file
   local want got
