@@ -4,6 +4,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 #include <functional>
 #include <mutex>
@@ -255,6 +256,21 @@ Backend parse_backend(const std::string& name, const at::Device& device) {
 }
 
 const char* backend_name(Backend b) { return b == Backend::kNccl ? "NCCL" : "Gloo"; }
+
+at::Tensor ProcessGroup::all_gather_rows(const at::Tensor& t, const std::vector<int64_t>& rows) {
+  PARE_CHECK(static_cast<int>(rows.size()) == size() && t.dim() >= 1 && t.size(0) == rows[rank()],
+             "all_gather_rows: ", t.sizes(), " on rank ", rank(), " of rows ", c10::IntArrayRef(rows));
+  const int64_t most = *std::max_element(rows.begin(), rows.end());
+  at::Tensor padded = t.contiguous();
+  if (t.size(0) < most) {
+    std::vector<int64_t> pad = t.sizes().vec();
+    pad[0] = most - t.size(0);
+    padded = at::cat({padded, at::zeros(pad, t.options())});
+  }
+  auto parts = all_gather(padded);
+  for (size_t r = 0; r < parts.size(); ++r) parts[r] = parts[r].narrow(0, 0, rows[r]);
+  return at::cat(parts);
+}
 
 at::Tensor ProcessGroup::reduce_scatter(const at::Tensor& t, Reduce op) {
   PARE_CHECK(t.dim() >= 1 && t.size(0) % size() == 0, "reduce_scatter: dim 0 of ", t.sizes(),

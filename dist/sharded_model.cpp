@@ -33,22 +33,12 @@ struct ShardedModel::Impl {
     const int ranks = pg->size();
     auto sizes = pg->all_gather(at::tensor({x.size(0)}, at::kLong));
     ShardedModel::Split out;
-    int64_t most = 0, total = 0;
+    int64_t total = 0;
     for (int r = 0; r < ranks; ++r) {
       out.rows.push_back(sizes[r].item<int64_t>());
-      most = std::max(most, out.rows.back());
       total += out.rows.back();
     }
-    at::Tensor padded = x.contiguous();
-    if (x.size(0) < most) {
-      std::vector<int64_t> pad = x.sizes().vec();
-      pad[0] = most - x.size(0);
-      padded = at::cat({padded, at::zeros(pad, x.options())});
-    }
-    auto parts = pg->all_gather(padded);
-    std::vector<at::Tensor> rows;
-    for (int r = 0; r < ranks; ++r) rows.push_back(parts[r].narrow(0, 0, out.rows[r]));
-    out.y = module->forward({at::cat(rows)})[0];
+    out.y = module->forward({pg->all_gather_rows(x, out.rows)})[0];
     PARE_CHECK(out.y.dim() >= 1 && out.y.size(0) == total, "the sharded model's output has ", out.y.sizes(),
                " rows for ", total, " inputs");
     out.begin = shard.split_len < 0 ? 0 : shard.split_begin;

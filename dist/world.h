@@ -88,6 +88,9 @@ class ProcessGroup {
   virtual std::vector<at::Tensor> all_gather(const at::Tensor& t) = 0;
   /// The reduction of `t` over ranks, split along dim 0 into size() equal parts: this rank's part.
   at::Tensor reduce_scatter(const at::Tensor& t, Reduce op = Reduce::kSum);
+  /// Every rank's rows of `t` (rank r holds rows[r] along dim 0; the other dims the same everywhere)
+  /// concatenated in rank order, on every rank (padded to the most rows for the all-gather).
+  at::Tensor all_gather_rows(const at::Tensor& t, const std::vector<int64_t>& rows);
   virtual void barrier() = 0;
   /// Another group over the same ranks and store, named `name` (collective: every rank calls it
   /// with the same name), so that its traffic never interleaves with this group's.

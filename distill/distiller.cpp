@@ -152,7 +152,7 @@ at::Tensor batch_loss(core::Module& m, core::Module* teacher, const LmDistillOpt
 
 // The vocabulary, checked the same for both, from one window: the logits' widths, or the heads'.
 int64_t check_vocabularies(core::Module& student, core::Module* teacher, const LmDistillOptions& opts,
-                        const core::TensorDataset& train, const at::Device& device) {
+                           const core::TensorDataset& train, const at::Device& device) {
   at::NoGradGuard no_grad;
   const bool chunked = opts.chunk_tokens != 0 || opts.sharded;
   const at::Tensor x = train.x.narrow(0, 0, 1).narrow(1, 0, std::min<int64_t>(2, train.x.size(1))).to(device);
@@ -187,10 +187,7 @@ std::vector<train::EpochStats> distill_lm(core::Module& student, core::Module* t
                     options.cache ? "needs a teacher that scores the student's own tokens, not a cache of its outputs "
                                     "on the text"
                                   : "needs the student's generation (student_windows)");
-  if (options.sharded && options.sharded->report().mode == "tp")
-    PARE_CHECK_OPTION(options.divergence.kind != TokenDivergence::Kind::kTopK, "loss", options.divergence.str(),
-                      " keeps the teacher's most likely tokens over the whole vocabulary, which a tensor-parallel "
-                      "teacher never gathers: use fkl, rkl, jsd:BETA or skl:ALPHA");
+  if (options.sharded && options.sharded->report().mode == "tp") check_vocab_parallel(options.divergence);
   LmDistillOptions opts = options;
   const at::Device device = trainer_opts.device_;
   student.to(device);

@@ -49,22 +49,12 @@ struct Rows {
 // of the ranks' gradients for them.
 struct GatherRows : torch::autograd::Function<GatherRows> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const Rows& a) {
-    const auto& rows = *a.rows;
-    const int64_t most = *std::max_element(rows.begin(), rows.end());
     int64_t offset = 0;
-    for (int r = 0; r < a.pg->rank(); ++r) offset += rows[r];
+    for (int r = 0; r < a.pg->rank(); ++r) offset += (*a.rows)[r];
     ctx->saved_data["pg"] = reinterpret_cast<int64_t>(a.pg);
     ctx->saved_data["offset"] = offset;
     ctx->saved_data["count"] = x.size(0);
-    at::Tensor padded = x.detach().contiguous();
-    if (x.size(0) < most) {
-      std::vector<int64_t> pad = x.sizes().vec();
-      pad[0] = most - x.size(0);
-      padded = at::cat({padded, at::zeros(pad, x.options())});
-    }
-    auto parts = a.pg->all_gather(padded);
-    for (size_t r = 0; r < parts.size(); ++r) parts[r] = parts[r].narrow(0, 0, rows[r]);
-    return at::cat(parts);
+    return a.pg->all_gather_rows(x.detach(), *a.rows);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grad) {
     at::Tensor g = grad[0].contiguous().clone();
@@ -193,13 +183,17 @@ struct VocabChunks : torch::autograd::Function<VocabChunks> {
 
 }  // namespace
 
+void check_vocab_parallel(const TokenDivergence& d) {
+  PARE_CHECK_OPTION(d.kind != TokenDivergence::Kind::kTopK, "loss", d.str(), " keeps the teacher's ", d.k,
+                    " most likely tokens over the whole vocabulary, which a tensor-parallel teacher never gathers: "
+                    "use fkl, rkl, jsd:BETA or skl:ALPHA");
+}
+
 at::Tensor vocab_parallel_lm_kd_loss(const at::Tensor& hidden, const at::Tensor& head, const TeacherBlock& teacher,
                                      const at::Tensor& labels, const TokenDivergence& d, double temperature,
                                      double alpha, int64_t chunk_tokens, dist::ProcessGroup& pg,
                                      at::Tensor* predictions) {
-  PARE_CHECK(d.kind != TokenDivergence::Kind::kTopK, "--loss ", d.str(), " keeps the teacher's ", d.k, " most likely "
-             "tokens over the whole vocabulary, which a vocabulary-parallel teacher never gathers: use fkl, rkl, "
-             "jsd:BETA or skl:ALPHA with --teacher-parallel tp");
+  check_vocab_parallel(d);
   check_block(hidden, head, teacher, labels, temperature, alpha, pg);
   PARE_CHECK(chunk_tokens >= 0, "vocab_parallel_lm_kd_loss requires chunks of at least 1 token (or 0: one). However, "
              "it got ", chunk_tokens);

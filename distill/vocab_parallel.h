@@ -31,6 +31,10 @@ struct TeacherBlock {
   int64_t begin = 0;          ///< the block's first token id
 };
 
+/// Throws InputError for a divergence the blocks cannot compute: topk:K (its K tokens are chosen
+/// over the whole vocabulary, which no rank holds).
+void check_vocab_parallel(const TokenDivergence& divergence);
+
 /// This rank's share of lm_kd_loss (its own rows' mean) computed over vocabulary blocks, in chunks of
 /// `chunk_tokens` of all ranks' counted tokens (0: one chunk) as chunked_lm_kd_loss does, so that
 /// no more than one chunk's block of logits exists at once: `hidden`
@@ -40,8 +44,8 @@ struct TeacherBlock {
 /// blocks in rank order. The gradients are those of the sum of all ranks' losses, as data-parallel
 /// training averages them: the student's head gets its block's, its hidden states their rows'.
 /// Equals lm_kd_loss on the whole logits up to rounding. `predictions`, when given, receives the
-/// student's argmax per own token. Throws InputError for topk:K (its K tokens are chosen over the
-/// whole vocabulary), shapes that do not fit together, and what lm_kd_loss throws.
+/// student's argmax per own token. Throws what check_vocab_parallel throws, InputError for shapes
+/// that do not fit together, and what lm_kd_loss throws.
 at::Tensor vocab_parallel_lm_kd_loss(const at::Tensor& hidden, const at::Tensor& head, const TeacherBlock& teacher,
                                      const at::Tensor& labels, const TokenDivergence& divergence, double temperature,
                                      double alpha, int64_t chunk_tokens, dist::ProcessGroup& pg,
