@@ -229,8 +229,6 @@ void run_quantize_lm(const QuantizeOpts& o) {
   q.gptq.damp = o.damp;
   q.sequential = o.sequential;
   q.static_groups = o.static_groups;
-  PARE_CHECK(o.grid == "q4_0" || (q.bits == 4 && o.group == 32), "--grid q4_k is int4 in groups of 32 (--weight-only "
-             "int4 --group 32), not ", o.weight_only, " in groups of ", o.group);
   q.q4_k = o.grid == "q4_k";
   const at::Tensor windows = lm_calibration(o, m);
   const lm::LmQuantResult r = lm::quantize_weights(m, windows, q, [&](int done, int total, const std::string& name) {

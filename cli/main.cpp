@@ -37,7 +37,8 @@ void tune_malloc() {
 // The command-line flag of a library option: "batch_size" is --batch-size, except where a flag
 // took another name.
 std::string flag_of(const std::string& option) {
-  static const std::pair<const char*, const char*> renamed[] = {{"grace_seconds", "--grace-period"}, {"teachers", "--teacher"}};
+  static const std::pair<const char*, const char*> renamed[] = {
+      {"grace_seconds", "--grace-period"}, {"teachers", "--teacher"}, {"q4_k", "--grid q4_k"}};
   for (const auto& [name, flag] : renamed)
     if (option == name) return flag;
   std::string flag = "--" + option;

@@ -658,19 +658,17 @@ std::string ggml_pack(const at::Tensor& codes_in, const at::Tensor& scales_in, u
   return out;
 }
 
-quantize::Grid q4_k_grid(const at::Tensor& w) {
-  PARE_CHECK(w.dim() == 2 && w.size(1) % 256 == 0, "Q4_K's grid needs rows of whole 256-value super-blocks, not ",
-             c10::str(w.sizes()));
-  const std::string bytes = ggml_quantize(w, static_cast<uint32_t>(GgmlType::kQ4_K), "Q4_K's grid");
-  const int64_t rows = w.size(0), supers = rows * w.size(1) / 256;
+quantize::Grid q4_k_grid(const std::string& blocks, int64_t rows, int64_t cols) {
+  PARE_CHECK(rows >= 0 && cols % 256 == 0 && static_cast<int64_t>(blocks.size()) == rows * cols / 256 * 144,
+             "Q4_K's grid: ", blocks.size(), " bytes are not [", rows, ", ", cols, "] in super-blocks of 256");
   quantize::Grid g;
   g.group = 32, g.qmin = 0, g.qmax = 15;
-  g.scale = at::empty({rows, w.size(1) / 32}, at::kFloat);
+  g.scale = at::empty({rows, cols / 32}, at::kFloat);
   g.offset = at::empty_like(g.scale);
   g.zero = at::zeros_like(g.scale);
   float *scale = g.scale.data_ptr<float>(), *offset = g.offset.data_ptr<float>();
-  for (int64_t b = 0; b < supers; ++b) {
-    const auto* src = reinterpret_cast<const uint8_t*>(bytes.data()) + b * 144;
+  for (int64_t b = 0; b < rows * cols / 256; ++b) {
+    const auto* src = reinterpret_cast<const uint8_t*>(blocks.data()) + b * 144;
     const float d = half_at(src), dmin = half_at(src + 2);
     for (int j = 0; j < 8; ++j) {
       int sc, m;
@@ -682,14 +680,14 @@ quantize::Grid q4_k_grid(const at::Tensor& w) {
   return g;
 }
 
-std::string ggml_pack_q4_k(const at::Tensor& codes_in, const at::Tensor& w) {
+std::string ggml_pack_q4_k(const at::Tensor& codes_in, std::string blocks) {
   const at::Tensor codes = codes_in.to(at::kInt).contiguous();
-  PARE_CHECK(codes.sizes() == w.sizes() && w.dim() == 2 && w.size(1) % 256 == 0, "ggml_pack_q4_k: codes ",
-             c10::str(codes.sizes()), " for weights ", c10::str(w.sizes()), " in super-blocks of 256");
-  std::string out = ggml_quantize(w, static_cast<uint32_t>(GgmlType::kQ4_K), "ggml_pack_q4_k");
+  PARE_CHECK(codes.dim() == 2 && codes.size(1) % 256 == 0 &&
+                 static_cast<int64_t>(blocks.size()) == codes.numel() / 256 * 144,
+             "ggml_pack_q4_k: codes ", c10::str(codes.sizes()), " for ", blocks.size(), " bytes of Q4_K");
   const int32_t* c = codes.data_ptr<int32_t>();
   for (int64_t b = 0; b < codes.numel() / 256; ++b, c += 256) {
-    uint8_t* q = reinterpret_cast<uint8_t*>(out.data()) + b * 144 + 16;
+    uint8_t* q = reinterpret_cast<uint8_t*>(blocks.data()) + b * 144 + 16;
     for (int j = 0; j < 256; j += 64, q += 32)
       for (int l = 0; l < 32; ++l) {
         PARE_CHECK(c[j + l] >= 0 && c[j + l] <= 15 && c[j + l + 32] >= 0 && c[j + l + 32] <= 15,
@@ -697,7 +695,7 @@ std::string ggml_pack_q4_k(const at::Tensor& codes_in, const at::Tensor& w) {
         q[l] = static_cast<uint8_t>(c[j + l] | (c[j + l + 32] << 4));
       }
   }
-  return out;
+  return blocks;
 }
 
 at::Tensor ggml_dequantize(const std::string& bytes, uint32_t type, const std::vector<int64_t>& shape) {

@@ -68,15 +68,15 @@ struct GgmlBlocks {
   std::string bytes;
 };
 
-/// Q4_K's grid for `w` [rows, cols] (cols a multiple of 256) as ggml's reference quantizer picks it
-/// from `w`: per group of 32 columns, scale d * sc and offset -(dmin * m) (fp16 super-block scales,
+/// The grid of Q4_K blocks `blocks` (ggml_quantize's of a [rows, cols] weight, cols a multiple of
+/// 256): per group of 32 columns, scale d * sc and offset -(dmin * m) (fp16 super-block scales,
 /// 6-bit sub-block scales and mins), codes 0..15; grid_values computes d * sc * q - dmin * m as
-/// ggml's dequantizer does. Fixed from `w`: codes chosen on it (GPTQ's) pack with ggml_pack_q4_k.
-/// Throws InputError when cols is not a multiple of 256.
-quantize::Grid q4_k_grid(const at::Tensor& w);
-/// Q4_K blocks of codes on q4_k_grid(w): w's super-block headers (d, dmin, the 6-bit scales and
-/// mins), the codes as the 4-bit quants.
-std::string ggml_pack_q4_k(const at::Tensor& codes, const at::Tensor& w);
+/// ggml's dequantizer does. Codes chosen on it (GPTQ's) go back into the blocks by ggml_pack_q4_k.
+/// Throws InputError when the bytes are not [rows, cols] in Q4_K.
+quantize::Grid q4_k_grid(const std::string& blocks, int64_t rows, int64_t cols);
+/// `blocks` (Q4_K) with their 4-bit quants replaced by `codes` (int [rows, cols], 0..15, on
+/// q4_k_grid(blocks)); the super-block headers stay.
+std::string ggml_pack_q4_k(const at::Tensor& codes, std::string blocks);
 
 /// The blocks of Q4_0 or Q8_0 from codes already chosen (GPTQ's on the format's grid): `codes` int
 /// [rows, cols] (Q4_0: 0..15 standing for (code - 8) * scale; Q8_0: -127..127 for code * scale) and

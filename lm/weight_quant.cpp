@@ -155,9 +155,12 @@ void quantize_group(LmModel& m, const std::vector<std::string>& names, const Inp
     for (int64_t i = 0, row = 0; i < static_cast<int64_t>(names.size()); row += parts[i].size(0), ++i)
       if (is_query_or_key(*m.config.family, names[i])) shrink.narrow(0, row, parts[i].size(0)).fill_(1.0);
   }
-  // Q4_K's grid is fixed from the original weights: a super-block's scales are chosen together.
+  // Q4_K's grid is read off ggml's blocks of the original weights (a super-block's scales are chosen
+  // together, so it is fixed); the blocks then take GPTQ's codes.
   const bool q4_k = opts.q4_k && w.size(1) % 256 == 0;
-  quantize::Grid grid = q4_k ? q4_k_grid(w) : quantize::symmetric_grid(w, opts.bits, opts.group, shrink);
+  const std::string k_blocks = q4_k ? ggml_quantize(w, static_cast<uint32_t>(GgmlType::kQ4_K), names.front()) : "";
+  quantize::Grid grid = q4_k ? q4_k_grid(k_blocks, w.size(0), w.size(1))
+                             : quantize::symmetric_grid(w, opts.bits, opts.group, shrink);
   quantize::GptqOptions gptq = opts.gptq;
   if (!opts.static_groups && !q4_k)
     gptq.regrid = [bits = opts.bits](const at::Tensor& cols) {
@@ -180,7 +183,9 @@ void quantize_group(LmModel& m, const std::vector<std::string>& names, const Inp
     l.seconds = seconds;
     r.layers.push_back(l);
     if (q4_k) {
-      r.blocks[names[i]] = {GgmlType::kQ4_K, ggml_pack_q4_k(codes.narrow(0, row, rows), wi)};
+      const int64_t row_bytes = w.size(1) / 256 * 144;
+      r.blocks[names[i]] = {GgmlType::kQ4_K, ggml_pack_q4_k(codes.narrow(0, row, rows),
+                                                            k_blocks.substr(row * row_bytes, rows * row_bytes))};
     } else if (opts.group == 32) {
       const GgmlType type = opts.bits == 4 ? GgmlType::kQ4_0 : GgmlType::kQ8_0;
       r.blocks[names[i]] = {type, ggml_pack(codes.narrow(0, row, rows), grid.scale.narrow(0, row, rows),
@@ -203,8 +208,8 @@ LmQuantResult quantize_weights(LmModel& m, const at::Tensor& windows, const LmQu
   PARE_CHECK(windows.defined() && windows.dim() == 2 && windows.size(0) > 0, "no calibration windows");
   LmQuantResult r;
   r.options = opts;
-  PARE_CHECK_OPTION(!opts.q4_k || (opts.bits == 4 && opts.group == 32), "q4_k", "is an int4 grid of groups of 32 "
-                    "(--weight-only int4 --group 32), not int", opts.bits, " in groups of ", opts.group);
+  PARE_CHECK_OPTION(!opts.q4_k || (opts.bits == 4 && opts.group == 32), "q4_k", "is a 4-bit grid of groups of 32, "
+                    "not ", opts.bits, " bits in groups of ", opts.group);
   if (opts.group == 32) r.type = opts.q4_k ? GgmlType::kQ4_K : opts.bits == 4 ? GgmlType::kQ4_0 : GgmlType::kQ8_0;
   const auto groups = linears_by_input(m);
   PARE_CHECK(!groups.empty(), "the model has no linear layers to quantize");
